@@ -1,0 +1,46 @@
+"""Command line: python -m course info | export [--check] | exercises [--check] | download."""
+import argparse
+import sys
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m course", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("info", help="print the device the kernels run on")
+    for name, what in (("export", "course/ modules from the notebooks' #| export cells"),
+                       ("exercises", "student notebooks in notebooks/exercises/")):
+        s = sub.add_parser(name, help=f"regenerate {what}")
+        s.add_argument("--check", action="store_true", help="only check they are up to date (exit 1 if not)")
+    d = sub.add_parser("download", help="fetch missing dataset files from a public mirror, verified by SHA-256")
+    d.add_argument("--dataset", choices=["mnist", "fashion-mnist"], default="mnist")
+    d.add_argument("--root", required=True, help="directory to put the four files in")
+    d.add_argument("--mirror", default=None, help="base URL (default: the dataset's usual mirror)")
+    args = p.parse_args(argv)
+
+    if args.cmd == "info":
+        import course
+        course.info()
+        return 0
+    if args.cmd in ("export", "exercises"):
+        from . import nbtools
+        run = nbtools.export if args.cmd == "export" else nbtools.make_exercises
+        stale = run(check=args.check)
+        for path in stale:
+            print(("out of date: " if args.check else "wrote ") + str(path))
+        if args.check and stale:
+            print(f"run `python -m course {args.cmd}` and commit the result", file=sys.stderr)
+            return 1
+        return 0
+    if args.cmd == "download":
+        from .download import DownloadError, download
+        try:
+            for path in download(args.root, args.dataset, args.mirror):
+                print(f"ok {path}")
+        except DownloadError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Small helpers every launcher shares: grid arithmetic and argument checks with clear errors."""
+import numpy as np
+
+
+def cdiv(a, b):
+    """Ceiling division: the number of blocks of b threads needed to cover a elements."""
+    return (a + b - 1) // b
+
+
+def require(name, a, dtype=None, ndim=None, shape=None):
+    """Raise ValueError unless `a` is a C-contiguous device array with this dtype, ndim and shape.
+
+    A kernel trusts its arguments completely, so a wrong one corrupts memory instead of failing:
+    launchers call this first. `dtype` may be a tuple of allowed dtypes; None in `shape` matches any size."""
+    if isinstance(a, np.ndarray) or not hasattr(a, "copy_to_host"):
+        raise ValueError(f"{name} must be a device array (use cuda.to_device), got {type(a).__name__}")
+    if dtype is not None:
+        allowed = tuple(np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,)))
+        if a.dtype not in allowed:
+            raise ValueError(f"{name} must have dtype {' or '.join(map(str, allowed))}, got {a.dtype}")
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(a.shape)}")
+    if shape is not None and (len(shape) != a.ndim or any(s is not None and s != n for s, n in zip(shape, a.shape))):
+        want = "(" + ", ".join("any" if s is None else str(s) for s in shape) + ")"
+        raise ValueError(f"{name} must have shape {want}, got {tuple(a.shape)}")
+    if not a.is_c_contiguous():
+        raise ValueError(f"{name} must be C-contiguous (a slice with steps or a transpose is not): "
+                         "copy it into a fresh device array first")
+    return a
