@@ -1,4 +1,4 @@
-"""Command line: python -m course info | export [--check] | exercises [--check] | download."""
+"""Command line: python -m course info | export [--check] | exercises [--check] | execute | download."""
 import argparse
 import sys
 
@@ -11,6 +11,9 @@ def main(argv=None):
                        ("exercises", "student notebooks in notebooks/exercises/")):
         s = sub.add_parser(name, help=f"regenerate {what}")
         s.add_argument("--check", action="store_true", help="only check they are up to date (exit 1 if not)")
+    x = sub.add_parser("execute", help="run notebooks top to bottom and save them with their outputs")
+    x.add_argument("notebooks", nargs="*", help="default: every solution notebook")
+    x.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
     d = sub.add_parser("download", help="fetch missing dataset files from a public mirror, verified by SHA-256")
     d.add_argument("--dataset", choices=["mnist", "fashion-mnist"], default="mnist")
     d.add_argument("--root", required=True, help="directory to put the four files in")
@@ -31,6 +34,10 @@ def main(argv=None):
             print(f"run `python -m course {args.cmd}` and commit the result", file=sys.stderr)
             return 1
         return 0
+    if args.cmd == "execute":
+        from . import nbtools
+        paths = args.notebooks or nbtools.solution_notebooks()
+        return 0 if all(nbtools.execute(p, args.timeout) for p in paths) else 1
     if args.cmd == "download":
         from .download import DownloadError, download
         try:

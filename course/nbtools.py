@@ -144,3 +144,27 @@ def make_exercises(check=False):
             if not check:
                 path.unlink()
     return stale
+
+
+def execute(path, timeout=1200):
+    """Run a notebook top to bottom in its own folder and save it with outputs; True if no cell failed."""
+    import time
+
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    t0 = time.perf_counter()
+    ok = True
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    except CellExecutionError as e:
+        ok = False
+        print(f"{path}: a cell failed:\n{str(e)[-2000:]}")
+    nb.metadata.pop("widgets", None)
+    path.write_text(dumps(json.loads(nbformat.writes(nb))), encoding="utf-8")
+    print(f"{path}: {'ok' if ok else 'FAILED'} in {time.perf_counter() - t0:.0f} s")
+    return ok

@@ -1,0 +1,44 @@
+"""One source of truth: course/ matches the notebooks' export cells, and the student notebooks are current."""
+import pytest
+
+from course import nbtools
+
+
+def test_package_matches_notebooks():
+    assert nbtools.export(check=True) == [], "run `python -m course export` and commit"
+
+
+def test_student_notebooks_are_current():
+    assert nbtools.make_exercises(check=True) == [], "run `python -m course exercises` and commit"
+
+
+def test_every_notebook_has_exercises_with_labels():
+    for path in nbtools.solution_notebooks():
+        cells = [nbtools.source(c) for c in nbtools.read(path)["cells"] if c["cell_type"] == "code"]
+        labels = [m.group(1) for c in cells if nbtools.BEGIN in c for m in [nbtools.EXERCISE_RE.search(c)]]
+        assert len(labels) >= 2, f"{path.name}: fewer than two exercises"
+        assert len(set(labels)) == len(labels), f"{path.name}: duplicate exercise labels {labels}"
+        number = path.name[:2].lstrip("0")
+        assert all(label.startswith(f"Exercise {number}.") for label in labels), labels
+
+
+def test_student_cell_replaces_solution_and_keeps_the_rest():
+    src = ("#| export\n# Exercise 3.2: the thing\ndef f(x):\n    \"\"\"Doc.\"\"\"\n"
+           "    ### BEGIN SOLUTION\n    return x + 1\n    ### END SOLUTION\n")
+    out = nbtools.student_cell(src, "t")
+    assert "return x + 1" not in out and "#| export" not in out
+    assert '    raise NotImplementedError("Exercise 3.2: the thing")' in out and '"""Doc."""' in out
+
+
+def test_student_cell_needs_a_label_and_an_end():
+    with pytest.raises(ValueError, match="Exercise N.M"):
+        nbtools.student_cell("### BEGIN SOLUTION\nx = 1\n### END SOLUTION", "t")
+    with pytest.raises(ValueError, match="without"):
+        nbtools.student_cell("# Exercise 1.1: a\n### BEGIN SOLUTION\nx = 1", "t")
+
+
+def test_cli_check_exits_nonzero_when_stale(tmp_path, monkeypatch):
+    import course.__main__ as cli
+    monkeypatch.setattr(nbtools, "PACKAGE", tmp_path)
+    monkeypatch.setattr(nbtools, "ROOT", tmp_path.parent)
+    assert cli.main(["export", "--check"]) == 1
