@@ -127,7 +127,8 @@ def student_notebook(nb, name):
         cell["source"] = student_cell(source(cell), f"{name} cell {i}")
         cell["outputs"], cell["execution_count"] = [], None
         cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items() if k in ("tags",)}
-    nb["metadata"].pop("widgets", None)
+    nb["metadata"] = {k: nb["metadata"][k] for k in ("kernelspec",) if k in nb["metadata"]}
+    nb["metadata"]["language_info"] = {"name": "python"}
     return nb
 
 
@@ -159,12 +160,14 @@ def execute(path, timeout=1200):
     t0 = time.perf_counter()
     ok = True
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
     except CellExecutionError as e:
         ok = False
         print(f"{path}: a cell failed:\n{str(e)[-2000:]}")
     nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
     path.write_text(dumps(json.loads(nbformat.writes(nb))), encoding="utf-8")
     print(f"{path}: {'ok' if ok else 'FAILED'} in {time.perf_counter() - t0:.0f} s")
     return ok

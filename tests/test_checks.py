@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from course import checks
-from course.checks import CheckFailure
+from course.checks import data as checks
+from course.checks import CheckFailure, core
 from course.data import parse_idx_header
 from course.gather import gather_kernel
 from course.scale import scale_kernel
