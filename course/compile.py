@@ -1,16 +1,22 @@
 """Compile course kernels for a real GPU (PTX for sm_90) without one: the simulator never type-checks.
 
 Run as `COURSE_DEVICE=gpu python -m course.compile`; needs NVVM (numba-cuda[cu12] brings it). Prints one line per
-kernel and signature, exits 1 if any fails to compile. `SIGNATURES` lists every kernel of the course."""
+kernel and signature, exits 1 if any fails to compile. Each `course/checks/<topic>.py` lists its notebook's kernels
+in a `SIGNATURES` dict: "module:kernel" -> argument types as numba spells them ("C" layout `[::1]` as launchers
+pass them, "A" layout `[:]` as the checks' guarded views do)."""
 import importlib
+import pkgutil
 import sys
 
-SIGNATURES = {  # "module:kernel" -> argument types as numba spells them ("C" layout for launchers, "A" for checks)
-    "course.scale:scale_kernel": ["uint8[::1], float32[::1]", "uint8[:], float32[:]"],
-    "course.gather:gather_kernel": ["float32[:, ::1], int64[::1], float32[:, ::1]",
-                                    "float32[:, ::1], int32[::1], float32[:, ::1]",
-                                    "float32[:, :], int64[:], float32[:, :]"],
-}
+
+def all_signatures():
+    """SIGNATURES merged from every course.checks module."""
+    import course.checks
+    merged = {}
+    for m in pkgutil.iter_modules(course.checks.__path__):
+        merged.update(getattr(importlib.import_module(f"course.checks.{m.name}"), "SIGNATURES", {}))
+    return merged
+
 CC = (9, 0)  # Hopper (H100/H200); PTX for it also proves the kernel types and lowers
 
 
@@ -38,7 +44,7 @@ def main():
     from numba import cuda, types  # noqa: F401 (types gives eval its names)
     names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
     failed = 0
-    for key, sigs in SIGNATURES.items():
+    for key, sigs in all_signatures().items():
         modname, kname = key.split(":")
         kernel = getattr(importlib.import_module(modname), kname)
         for sig in sigs:
