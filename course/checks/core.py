@@ -19,16 +19,23 @@ def fail(exercise, case, msg, hint):
     raise CheckFailure(f"{exercise} failed {case}:\n  {msg}\n  Hint: {hint}")
 
 
-def raise_if_unimplemented(fn):
-    """Raise the student's NotImplementedError before launching a kernel whose body is still a stub.
-
-    Needed because on a real GPU a `raise` inside a kernel is compiled away instead of reaching Python."""
+def raise_if_unimplemented(fn, _seen=None):
+    """Raise the student's NotImplementedError before launching a kernel whose body (or a device function it
+    calls) is still a stub. Needed because on a real GPU a `raise` inside a kernel never reaches Python."""
+    _seen = set() if _seen is None else _seen
     py = getattr(fn, "py_func", fn)
     code = getattr(py, "__code__", None)
-    if code is not None and "NotImplementedError" in code.co_names:
+    if code is None or code in _seen:
+        return
+    _seen.add(code)
+    if "NotImplementedError" in code.co_names:
         msg = next((c for c in code.co_consts if isinstance(c, str) and c.startswith("Exercise")),
                    f"{py.__name__} is not implemented yet")
         raise NotImplementedError(msg)
+    for name in code.co_names:  # device functions the kernel calls
+        callee = getattr(py, "__globals__", {}).get(name)
+        if callee is not None and hasattr(callee, "py_func"):
+            raise_if_unimplemented(callee, _seen)
 
 
 def guarded(shape, dtype, guard):
@@ -50,12 +57,12 @@ def guarded(shape, dtype, guard):
 def guarded_input(a, guard):
     """An input: `a` on the device inside `guard` padding cells, returned as a view of a's shape.
 
-    A kernel that reads past an edge gets the padding (a weird float, or index 0 so that a gathered
-    index stays valid) instead of faulting, and computes a wrong value that the check reports."""
+    A kernel that reads past an edge gets the padding (NaN, which poisons whatever it touches, even a product
+    with 0; or index 0 so that a gathered index stays valid) instead of faulting, and the check reports it."""
     a = np.asarray(a)
     if a.ndim == 0:
         return a[()]
-    fill = GUARD_FLOAT if a.dtype.kind == "f" else 0
+    fill = np.nan if a.dtype.kind == "f" else 0
     host = np.full(tuple(n + 2 * guard for n in a.shape), fill, dtype=a.dtype)
     inner = tuple(slice(guard, guard + n) for n in a.shape)
     host[inner] = a
@@ -72,8 +79,8 @@ def compare(exercise, case, got, expected, atol, rtol, hint):
     bad = unwritten(got, expected.dtype) & ~unwritten(expected, expected.dtype)
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        fail(exercise, case, f"element {idx} was never written ({bad.sum()} of {bad.size} elements "
-              "left unwritten)", hint)
+        fail(exercise, case, f"element {idx} is NaN: never written, or computed from values read outside "
+             f"the inputs ({bad.sum()} of {bad.size} elements)", hint)
     if expected.dtype.kind == "f":
         wrong = ~np.isclose(got, expected, atol=atol, rtol=rtol, equal_nan=True)
     else:
@@ -84,19 +91,44 @@ def compare(exercise, case, got, expected, atol, rtol, hint):
               f"({wrong.sum()} of {wrong.size} elements wrong)", hint)
 
 
+def settle_simulator(kernel, timeout=30.0):
+    """After a simulated kernel raised: wait for its aborted threads, then make sure `cuda` is real again.
+
+    The simulator swaps `cuda` in the kernel's module globals while threads run and does not wait for the
+    other threads of a failing block; until they unwind, `@cuda.jit` in that module (a notebook!) would fail."""
+    import sys
+    import threading
+    import time
+
+    from numba.cuda.simulator import kernel as simkernel
+    from numba.cuda.simulator import kernelapi
+    deadline = time.monotonic() + timeout
+    for t in threading.enumerate():
+        if isinstance(t, simkernel.BlockThread):
+            t.join(max(0.0, deadline - time.monotonic()))
+    real = sys.modules["numba.cuda"]
+    py = getattr(kernel, "py_func", kernel)
+    for g in {id(py.__globals__): py.__globals__}.values():
+        for k, v in list(g.items()):
+            if isinstance(v, kernelapi.FakeCUDAModule):
+                g[k] = real
+
+
 def launch(exercise, case, kernel, grid, block, args, hint):
-    """Launch and synchronise, turning a simulator out-of-bounds error into a check failure."""
+    """Launch and synchronise, turning an out-of-bounds access or a GPU fault into a check failure."""
     try:
         kernel[grid, block](*args)
         cuda.synchronize()
-    except IndexError as e:  # the simulator checks bounds; a GPU does not (the guard cells catch it there)
-        fail(exercise, case, f"out-of-bounds access: {e}", hint)
     except Exception as e:
-        if course.SIMULATOR or "Cuda" not in type(e).__name__:
-            raise
-        fail(exercise, case, f"the GPU reported {type(e).__name__}: {e}",
-              f"{hint}. A thread read or wrote far outside its arrays, and this CUDA context is now unusable: "
-              "restart the kernel (Kernel > Restart) before running anything else")
+        if course.SIMULATOR:
+            settle_simulator(kernel)
+            if isinstance(e, IndexError):  # the simulator checks bounds; a GPU does not (guard cells catch it)
+                fail(exercise, case, f"out-of-bounds access: {e}", hint)
+        elif "Cuda" in type(e).__name__:
+            fail(exercise, case, f"the GPU reported {type(e).__name__}: {e}",
+                 f"{hint}. A thread read or wrote far outside its arrays, and this CUDA context is now unusable: "
+                 "restart the kernel (Kernel > Restart) before running anything else")
+        raise
 
 
 def check_guards(exercise, case, full, guard, shape, hint):
