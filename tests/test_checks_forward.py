@@ -1,7 +1,8 @@
 """Notebook 02's checks pass the solutions and reject planted wrong kernels (including missing barriers)."""
-import numpy as np
 import pytest
 from numba import cuda, float32
+
+import course
 
 from course.checks import CheckFailure
 from course.checks import forward as checks
@@ -127,6 +128,11 @@ def make_tiled(load_guard=True, zero_pad=True, sync1=True, sync2=True, transpose
 @pytest.mark.parametrize("mistake", [dict(load_guard=False), dict(zero_pad=False), dict(sync1=False),
                                      dict(sync2=False), dict(transposed=True)], ids=str)
 def test_tiled_check_rejects(mistake):
+    if mistake == dict(sync2=False) and not course.SIMULATOR:
+        # Measured on an H200: without the second barrier the results still came out right at these sizes (the
+        # 8 warps of a block happen to stay in step). The simulator runs each thread up to a barrier, so the race
+        # always bites there; on a GPU, compute-sanitizer --tool racecheck is the tool that finds it.
+        pytest.skip("the missing second barrier is a race that a GPU does not reliably show")
     with pytest.raises(CheckFailure, match="Exercise 2.2 failed"):
         checks.check_tiled_matmul(make_tiled(**mistake))
 
