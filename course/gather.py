@@ -38,3 +38,23 @@ def gather(X, idx, out=None):
     if out.size:
         gather_kernel[grid, BLOCK](X, idx, out)
     return out
+
+
+@cuda.jit
+def gather1d_kernel(a, idx, out):
+    """One thread per element: out[i] = a[idx[i]] (the labels of a gathered batch)."""
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = a[idx[i]]
+
+
+def gather_labels(y, idx, out=None):
+    """Gather y[idx] on the device: y (N,) int32/int64, idx (B,) int32/int64 -> out (B,) of y's dtype."""
+    require("y", y, (np.int32, np.int64), ndim=1)
+    require("idx", idx, (np.int32, np.int64), ndim=1)
+    if out is None:
+        out = cuda.device_array(idx.shape[0], y.dtype)
+    require("out", out, y.dtype, shape=(idx.shape[0],))
+    if out.size:
+        gather1d_kernel[cdiv(out.shape[0], 256), 256](y, idx, out)
+    return out

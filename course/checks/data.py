@@ -10,6 +10,8 @@ SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 01, as lau
     "course.gather:gather_kernel": ["float32[:, ::1], int64[::1], float32[:, ::1]",
                                     "float32[:, ::1], int32[::1], float32[:, ::1]",
                                     "float32[:, :], int64[:], float32[:, :]"],
+    "course.gather:gather1d_kernel": ["int64[::1], int64[::1], int64[::1]", "int32[::1], int32[::1], int32[::1]",
+                                      "int64[::1], int32[::1], int64[::1]"],
 }
 
 def check_parse_idx_header(parse_idx_header, seed=0):
