@@ -1,12 +1,15 @@
-"""Command line: python -m course info | export [--check] | exercises [--check] | execute | download."""
-import argparse
+"""Command line: python -m course info | train | export [--check] | exercises [--check] | execute | download."""
 import sys
+
+from .cli_train import OneLineParser, add_arguments, validate
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m course", description=__doc__)
+    p = OneLineParser(prog="python -m course", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("info", help="print the device the kernels run on")
+    t = sub.add_parser("train", help="train the MLP (notebook 06's loop) and print the test accuracy")
+    add_arguments(t)
     for name, what in (("export", "course/ modules from the notebooks' #| export cells"),
                        ("exercises", "student notebooks in notebooks/exercises/")):
         s = sub.add_parser(name, help=f"regenerate {what}")
@@ -20,6 +23,10 @@ def main(argv=None):
     d.add_argument("--mirror", default=None, help="base URL (default: the dataset's usual mirror)")
     args = p.parse_args(argv)
 
+    if args.cmd == "train":
+        validate(args, t.error)
+        from .cli_train import run
+        return run(args, t.error)
     if args.cmd == "info":
         import course
         course.info()

@@ -1,0 +1,105 @@
+"""The training loop: the GPU loop against a NumPy loop of the twins from the same weights and batches; divergence;
+and the command-line trainer."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from course.data import load_mnist
+from course.grad import mlp_grads_ref, mlp_loss_ref
+from course.train import fit, pool
+from course.update import Diverged, adam_ref, momentum_ref, sgd_ref
+
+
+@pytest.fixture(scope="module")
+def small():
+    X_train, y_train, X_test, y_test = load_mnist()
+    return pool(X_train[:48], 4), y_train[:48], pool(X_test[:20], 4), y_test[:20]  # 7x7 = 49 pixels
+
+
+def numpy_loop(hist, X, y, batch_size, lr, optimizer, seed, **kw):
+    """The same loop with the NumPy twins, from the same initial weights and the same permutation."""
+    params = hist["params"]
+    flat = hist["snapshots"][0]
+    p = {name: flat[o:o + int(np.prod(s))].reshape(s).copy() for name, s, o in params.layout}
+    state = {k: [np.zeros_like(v), np.zeros_like(v)] for k, v in p.items()}
+    n = (len(X) // batch_size) * batch_size
+    perm = np.random.default_rng(seed).permutation(len(X))[:n]
+    losses = []
+    for t, k in enumerate(range(0, n, batch_size), start=1):
+        idx = perm[k:k + batch_size]
+        losses.append(mlp_loss_ref(X[idx], y[idx], **p))
+        g = {name: v.astype(np.float32) for name, v in mlp_grads_ref(X[idx], y[idx], **p).items()}
+        for name in p:
+            if optimizer == "sgd":
+                p[name] = sgd_ref(p[name], g[name], lr)
+            elif optimizer == "momentum":
+                p[name], state[name][0] = momentum_ref(p[name], g[name], state[name][0], lr, kw.get("mu", 0.9))
+            else:
+                p[name], state[name][0], state[name][1] = adam_ref(p[name], g[name], *state[name], t, lr)
+    return np.array(losses), p
+
+
+@pytest.mark.parametrize("optimizer, lr", [("sgd", 0.5), ("momentum", 0.2), ("adam", 0.01)])
+def test_gpu_loop_matches_numpy_loop(small, optimizer, lr):
+    X, y, Xt, yt = small
+    hist = fit(X, y, Xt, yt, hidden=5, epochs=1, batch_size=8, lr=lr, optimizer=optimizer, seed=3, log_every=1,
+               progress=False)
+    want, p = numpy_loop(hist, X, y, 8, lr, optimizer, seed=3)
+    assert len(hist["loss"]) == len(want) == 6
+    # float32 kernels vs the float64 twin losses: the curves agree to ~1e-6 relative over 6 steps; 1e-4 is the bar
+    np.testing.assert_allclose(hist["loss"], want, rtol=1e-4)
+    got = hist["params"].to_host()
+    for name in p:
+        np.testing.assert_allclose(got[name], p[name], rtol=1e-3, atol=1e-5, err_msg=name)
+
+
+def test_divergence_stops_training_with_advice(small):
+    X, y, Xt, yt = small
+    with pytest.raises(Diverged, match="smaller learning rate"):
+        fit(X, y, Xt, yt, hidden=5, epochs=3, batch_size=8, lr=1e4, log_every=1, progress=False)
+
+
+def test_fit_refuses_a_batch_larger_than_the_data(small):
+    X, y, Xt, yt = small
+    with pytest.raises(ValueError, match="batch_size"):
+        fit(X, y, Xt, yt, hidden=5, epochs=1, batch_size=100, progress=False)
+
+
+def cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "course", "train", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def test_cli_quick_trains_and_writes_json(tmp_path):
+    out = tmp_path / "r.json"
+    r = cli("--quick", "--epochs", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-2]
+    assert last.startswith("test accuracy: 0.") and len(last.split(": ")[1]) == 6
+    result = json.loads(out.read_text())
+    assert result["quick"] and len(result["epochs"]) == 1 and 0 <= result["test_accuracy"] <= 1
+    assert len(result["loss_curve"]["loss"]) >= 1
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--epochs", "-3"], "--epochs must be at least 1"),
+    (["--optimizer", "rmsprop"], "invalid choice"),
+    (["--lr", "-0.1"], "--lr must be a positive number"),
+    (["--hidden", "0"], "--hidden must be at least 1"),
+    (["--data-dir", "/no/such/dir"], "is not a directory"),
+    (["--epochs", "many"], "invalid int value"),
+])
+def test_cli_rejects_bad_arguments_in_one_line(args, says):
+    r = cli(*args, timeout=120)
+    assert r.returncode == 2
+    errors = [line for line in r.stderr.splitlines() if not line.startswith("course: CUDA simulator")]
+    assert len(errors) == 1 and says in errors[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_cli_missing_dataset_files(tmp_path):
+    r = cli("--data-dir", str(tmp_path), timeout=120)
+    assert r.returncode == 2 and "not found in" in r.stderr and "Traceback" not in r.stderr
