@@ -1,4 +1,4 @@
-"""Command line: python -m course info | train | export [--check] | exercises [--check] | execute | download."""
+"""Command line: python -m course info | train | bench | export [--check] | exercises [--check] | execute | download."""
 import sys
 
 from .cli_train import OneLineParser, add_arguments, validate
@@ -10,6 +10,9 @@ def main(argv=None):
     sub.add_parser("info", help="print the device the kernels run on")
     t = sub.add_parser("train", help="train the MLP (notebook 06's loop) and print the test accuracy")
     add_arguments(t)
+    b = sub.add_parser("bench", help="time one epoch of the same model through every implementation (notebook 08)")
+    b.add_argument("--quick", action="store_true", help="a tiny run that checks the pipeline (works in the simulator)")
+    b.add_argument("--out", default=None, help="write the results as JSON to this file")
     for name, what in (("export", "course/ modules from the notebooks' #| export cells"),
                        ("exercises", "student notebooks in notebooks/exercises/")):
         s = sub.add_parser(name, help=f"regenerate {what}")
@@ -27,6 +30,9 @@ def main(argv=None):
         validate(args, t.error)
         from .cli_train import run
         return run(args, t.error)
+    if args.cmd == "bench":
+        from .bench import run as run_bench  # written with notebook 08
+        return run_bench(args, b.error)
     if args.cmd == "info":
         import course
         course.info()
