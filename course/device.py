@@ -75,3 +75,37 @@ def info_line(d):
         return f"device: {d['name']}"
     return (f"device: {d['name']} (compute capability {d['compute_capability']}, "
             f"{d['sms']} SMs, {d['memory_gib']} GiB)")
+
+
+def harden_simulator():
+    """Make the simulator's shared-array allocation thread-safe (called once, in simulator mode).
+
+    numba's simulator runs each GPU thread as a Python thread and creates a shared array the first time one of
+    them reaches its line, without a lock: inside a Jupyter kernel two threads of a block sometimes both create
+    it and then work on separate copies, so a correct kernel fails now and then. Same lookup, under a lock."""
+    import sys
+    import threading
+
+    from numba.cuda import types
+    from numba.cuda.np import numpy_support
+    from numba.cuda.simulator import kernelapi
+    original = kernelapi.FakeCUDAShared.array
+    if getattr(original, "_course_locked", False):
+        return
+    lock = threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:  # dynamic shared memory, alignment: the simulator's own path
+            return original(self, shape, dtype, alignment)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)  # the simulator's own key: the line that asks
+        with lock:
+            a = self._allocations.get(key)
+            if a is None:
+                dt = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
+                import numpy as np
+                a = self._allocations[key] = np.empty(shape, dt)
+        return a
+
+    array._course_locked = True
+    kernelapi.FakeCUDAShared.array = array
