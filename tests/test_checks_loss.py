@@ -436,8 +436,8 @@ def test_the_simulator_instruments_are_removed_afterwards():
     if course.SIMULATOR:
         from numba.cuda.simulator import kernelapi
         before = (kernelapi.FakeCUDAShared.array, kernelapi.FakeCUDALocal.array, kernelapi.FakeCUDAAtomic.add)
-    with pytest.raises(CheckFailure):
-        checks.check_sum_kernel(sum_no_sync_in_tree)
+        with pytest.raises(CheckFailure):  # on a GPU this race need not show (measured: it did not, on an H200)
+            checks.check_sum_kernel(sum_no_sync_in_tree)
     if before is not None:
         from numba.cuda.simulator import kernelapi
         assert (kernelapi.FakeCUDAShared.array, kernelapi.FakeCUDALocal.array,
