@@ -1,0 +1,93 @@
+"""The fused training loop (course.fused) against notebook 06's loop and the NumPy twin, in the simulator.
+
+Tiny sizes: 7x7-pooled inputs (49 pixels), hidden 8, batch 8, three steps. Tolerances: float32 sums of at most
+49 products, accumulated in another order than the reference (lanes, atomics): 1e-5 absolute on parameters of
+size ~0.1, 1e-5 on losses of size ~2."""
+import numpy as np
+import pytest
+
+import course
+from course.data import load_mnist
+from course.fused import FusedTrainer, fit_fused, sgd_epoch_ref
+from course.train import fit, init_params, pool
+
+SEED, HIDDEN, BATCH, STEPS, LR = 3, 8, 8, 3, 0.1
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y, Xt, yt = load_mnist(None)
+    return pool(X[:BATCH * STEPS + 5], 4), y[:BATCH * STEPS + 5], pool(Xt[:16], 4), yt[:16]  # 5 left over
+
+
+@pytest.fixture(scope="module")
+def plain(data):
+    """course.train.fit, SGD, one epoch of STEPS steps, the loss logged at every step."""
+    return fit(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, log_every=1, progress=False)
+
+
+def _same(hist, plain, atol=1e-5):
+    assert len(hist["loss"]) == len(plain["loss"]) == STEPS
+    np.testing.assert_allclose(hist["loss"], plain["loss"], atol=atol, rtol=0)
+    want, got = plain["params"].to_host(), hist["params"].to_host()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=atol, rtol=0, err_msg=name)
+    assert abs(hist["epoch"][0]["test_acc"] - plain["epoch"][0]["test_acc"]) < 1e-9
+
+
+def test_epoch_kernel_matches_the_plain_loop(data, plain):
+    # 64 threads, hidden 8: eight lanes split each 49-long sum of layer 1
+    _same(fit_fused(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, mode="epoch", threads=64,
+                    progress=False), plain)
+
+
+def test_step_kernel_matches_the_plain_loop(data, plain):
+    _same(fit_fused(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, mode="step", threads=32,
+                    progress=False), plain)
+
+
+@pytest.mark.parametrize("blocks,hidden", [(3, 40), (11, 8)], ids=["3 blocks, hidden 40", "11 blocks > batch"])
+def test_phase_kernels_on_several_blocks_match_the_numpy_twin(data, blocks, hidden):
+    """The grid-stride loops with more than one block (rows over blocks, parameters over the grid), and hidden
+    larger than the block (each thread then owns several hidden units): only the two-launch mode can show it in
+    the simulator, whose grid barrier needs a one-block grid; the cooperative kernels run the same device code."""
+    from numba import cuda
+    X, y = data[0], data[1]
+    params = init_params(hidden, SEED, n_in=X.shape[1])
+    start = params.to_host()
+    perm = np.random.default_rng(1).permutation(len(X))[:BATCH * 2]
+    trainer = FusedTrainer(params, BATCH, LR, mode="phases", threads=32, blocks=blocks)
+    losses = trainer.epoch(cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm),
+                           cuda.device_array(2, np.float32)).copy_to_host()
+    want_losses, want = sgd_epoch_ref(X, y, perm, start, BATCH, LR)
+    np.testing.assert_allclose(losses, want_losses, atol=1e-5, rtol=0)
+    got = params.to_host()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=0, err_msg=name)
+
+
+def test_arguments_are_checked(data):
+    from numba import cuda
+    params = init_params(HIDDEN, SEED, n_in=49)
+    with pytest.raises(ValueError, match="mode"):
+        FusedTrainer(params, BATCH, LR, mode="fast")
+    with pytest.raises(ValueError, match="threads"):
+        FusedTrainer(params, BATCH, LR, threads=48)
+    with pytest.raises(ValueError, match="batch_size"):
+        FusedTrainer(params, 2048, LR)
+    with pytest.raises(ValueError, match="hidden"):
+        FusedTrainer(init_params(2000, SEED, n_in=49), BATCH, LR)
+    if course.SIMULATOR:
+        with pytest.raises(ValueError, match="one block"):
+            FusedTrainer(params, BATCH, LR, mode="epoch", blocks=2)
+    t = FusedTrainer(params, BATCH, LR)
+    X_d, y_d, perm_d = cuda.to_device(data[0]), cuda.to_device(data[1]), cuda.to_device(np.arange(16))
+    with pytest.raises(ValueError, match="device array"):
+        t.epoch(data[0], y_d, perm_d, cuda.device_array(2, np.float32))
+    with pytest.raises(ValueError, match="losses"):
+        t.epoch(X_d, y_d, perm_d, cuda.device_array(3, np.float32))
+    with pytest.raises(ValueError, match="columns"):
+        t.epoch(cuda.to_device(np.zeros((len(data[1]), 50), np.float32)), y_d, perm_d,
+                cuda.device_array(2, np.float32))
+    with pytest.raises(ValueError, match="labels"):
+        fit_fused(data[0], data[1] + 10, data[2], data[3], hidden=HIDDEN, batch_size=BATCH, epochs=1)
