@@ -1,0 +1,175 @@
+"""Checks for notebook 07's exercises: the combine kernel, the projection onto a plane, filter normalization."""
+from math import prod
+
+import numpy as np
+
+import course
+from course.checks.core import fail, raise_if_unimplemented, run_cases
+from course.util import cdiv
+
+_C1 = "float32[::1]"
+_A1 = "float32[:]"
+SIGNATURES = {  # for tests/test_compile.py: the kernel of notebook 07, as the launcher and the check call it
+    "course.landscape:combine_kernel": [f"{_C1}, {_C1}, {_C1}, float32, float32, {_C1}",
+                                        f"{_A1}, {_A1}, {_A1}, float32, float32, {_A1}"],
+}
+ATOL, RTOL = 1e-6, 1e-5  # float32: two products and two sums per element; a GPU fuses them into FMAs
+
+
+def check_combine_kernel(kernel, seed=0):
+    """Exercise 7.1: out[i] = theta[i] + a*d1[i] + b*d2[i]; odd sizes, three block shapes, a spare block."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for n, block, spare in ((course.pick(100_003, 301), 128, 0), (97, 32, 0), (7, 64, 1)):
+        theta, d1, d2 = (rng.standard_normal(n).astype(np.float32) for _ in range(3))   # (n,) each
+        a = np.float32(rng.uniform(0.3, 2.0) * rng.choice([-1, 1]))
+        b = np.float32(rng.uniform(0.3, 2.0) * rng.choice([-1, 1]))
+        while abs(abs(a) - abs(b)) < 0.2:                  # a and b clearly different: a swap must show
+            b = np.float32(rng.uniform(0.3, 2.0) * rng.choice([-1, 1]))
+        want = (theta.astype(np.float64) + float(a) * d1 + float(b) * d2).astype(np.float32)
+        cases.append(dict(name=f"n={n}, a={a:.3f}, b={b:.3f}", grid=cdiv(n, block) + spare, block=block,
+                          inputs=[theta, d1, d2, a, b], expected=want))
+    run_cases("Exercise 7.1", kernel, cases, atol=ATOL, rtol=RTOL,
+              hint="i = cuda.grid(1); only when i < out.size: out[i] = theta[i] + a * d1[i] + b * d2[i] "
+                   "(a goes with d1, b with d2; theta itself is not changed)")
+
+
+def _project_ref(S, theta_n, d1, d2):
+    R = np.asarray(S, np.float64) - np.asarray(theta_n, np.float64)        # (n, P): centred on theta_n
+    D = np.stack([d1, d2], axis=1).astype(np.float64)                      # (P, 2)
+    return np.linalg.solve(D.T @ D, (R @ D).T).T                           # (n, 2)
+
+
+def check_project_to_plane(project_to_plane, seed=0):
+    """Exercise 7.2: the coordinates (a_i, b_i) of each snapshot's closest point in theta_n + a d1 + b d2,
+    with directions that are neither unit length nor orthogonal, and theta_n far from the origin."""
+    raise_if_unimplemented(project_to_plane)
+    ex = "Exercise 7.2"
+    hint = ("subtract theta_n from every snapshot first (the plane passes through theta_n); then solve the 2x2 "
+            "normal equations G [a, b] = [d1 . r, d2 . r] with G = [[d1.d1, d1.d2], [d1.d2, d2.d2]] for every "
+            "r = theta_i - theta_n (np.linalg.solve); column 0 is a (along d1), column 1 is b (along d2)")
+    rng = np.random.default_rng(seed)
+    for n, P, overlap, scale in ((7, 53, 0.6, (3.0, 0.4)), (course.pick(40, 12), 301, -0.3, (0.2, 5.0)),
+                                 (1, 9, 0.0, (1.0, 1.0))):
+        d1 = scale[0] * rng.standard_normal(P)
+        d2 = scale[1] * (overlap * d1 / scale[0] + rng.standard_normal(P))  # correlated with d1 unless overlap=0
+        d1, d2 = d1.astype(np.float32), d2.astype(np.float32)
+        theta_n = (3.0 + rng.standard_normal(P)).astype(np.float32)         # far from 0: centring matters
+        ab = rng.uniform(-2, 2, (n, 2))
+        off = 0.3 * rng.standard_normal((n, P))                             # every snapshot is off the plane
+        S = (theta_n + ab[:, :1] * d1 + ab[:, 1:] * d2 + off).astype(np.float32)   # (n, P)
+        if n > 1:
+            S[-1] = theta_n                                                 # the last snapshot IS theta_n
+        want = _project_ref(S, theta_n, d1, d2)
+        case = (f"with {n} snapshot(s) of {P} parameters, |d1| = {np.linalg.norm(d1):.2f}, "
+                f"|d2| = {np.linalg.norm(d2):.2f}, cos(d1, d2) = "
+                f"{d1 @ d2 / np.linalg.norm(d1) / np.linalg.norm(d2):.2f}")
+        S_in = S.copy()
+        got = np.asarray(project_to_plane(S_in, theta_n.copy(), d1.copy(), d2.copy()))
+        if not np.array_equal(S_in, S):
+            fail(ex, case, "the snapshots array was changed: work on a copy (theta_i - theta_n makes one)", hint)
+        if got.shape != (n, 2):
+            fail(ex, case, f"expected an array of shape {(n, 2)} (one row (a, b) per snapshot), got {got.shape}",
+                 hint)
+        tol = 1e-5 * (1 + np.abs(want))
+        wrong = ~(np.abs(got - want) <= tol)
+        if wrong.any():
+            i, j = (int(k) for k in np.argwhere(wrong)[0])
+            what = ""
+            if np.allclose(got, _project_ref(S, np.zeros_like(theta_n), d1, d2), rtol=1e-4, atol=1e-4):
+                what = " (these are the coordinates of the snapshots themselves, not of theta_i - theta_n)"
+            elif np.allclose(got, want[:, ::-1], rtol=1e-4, atol=1e-4):
+                what = " (a and b are swapped)"
+            fail(ex, case, f"snapshot {i}, coordinate {'ab'[j]}: expected {want[i, j]:.6g}, got {got[i, j]:.6g}"
+                 f"{what} ({wrong.sum()} of {wrong.size} wrong)", hint)
+    print(f"✓ {ex} passed: 3 random cases (non-unit, non-orthogonal and orthogonal directions)")
+
+
+def _layout(shapes, align):
+    """(name, shape, offset) per tensor, each start rounded up to a multiple of `align`, like FlatParams."""
+    out, offset = [], 0
+    for name, shape in shapes.items():
+        offset = cdiv(offset, align) * align
+        out.append((name, shape, offset))
+        offset += prod(shape)
+    return tuple(out), offset
+
+
+def _filter_normalize_ref(d, theta, layout, ignore_bias):
+    out = np.zeros_like(d)
+    for _, shape, o in layout:
+        n = prod(shape)
+        if len(shape) == 1:
+            out[o:o + n] = 0.0 if ignore_bias else theta[o:o + n]
+        else:
+            dt = d[o:o + n].reshape(-1, shape[-1]).astype(np.float64)             # (in, out)
+            th = theta[o:o + n].reshape(-1, shape[-1]).astype(np.float64)
+            out[o:o + n] = (dt * (np.linalg.norm(th, axis=0) / (np.linalg.norm(dt, axis=0) + 1e-10))).ravel()
+    return out
+
+
+def check_filter_normalize(filter_normalize, seed=0):
+    """Exercise 7.3: every column of every weight matrix rescaled to its weights' column norm; biases zeroed
+    (ignore_bias=True) or copied from theta (False); padding 0; the input left alone."""
+    raise_if_unimplemented(filter_normalize)
+    ex = "Exercise 7.3"
+    hint = ("for each (name, shape, offset) in layout: a 2-D tensor W (in, out) has one filter per COLUMN "
+            "(the weights feeding one neuron): d[:, j] * ||theta[:, j]|| / (||d[:, j]|| + 1e-10), i.e. norms "
+            "over axis=0; a 1-D tensor (a bias) becomes 0 when ignore_bias, else a copy of theta's; start from "
+            "np.zeros_like(d) so the padding stays 0, and do not modify d")
+    rng = np.random.default_rng(seed)
+    for shapes, align, ignore_bias in (({"W1": (13, 7), "b1": (7,), "W2": (7, 3), "b2": (3,)}, 8, True),
+                                       ({"W1": (5, 11), "b1": (11,), "W2": (11, 4), "b2": (4,)}, 16, False),
+                                       ({"W1": (course.pick(784, 49), 9), "b1": (9,), "W2": (9, 10), "b2": (10,)},
+                                        64, True)):
+        layout, size = _layout(shapes, align)
+        theta, d = np.zeros(size, np.float32), np.zeros(size, np.float32)
+        for _, shape, o in layout:
+            n = prod(shape)
+            t = rng.standard_normal(shape)
+            if len(shape) == 2:
+                t *= 10.0 ** rng.uniform(-1, 1, shape[1])   # columns of very different norms, rows alike
+            theta[o:o + n] = t.ravel()
+            d[o:o + n] = rng.standard_normal(n)
+        want = _filter_normalize_ref(d, theta, layout, ignore_bias)
+        case = f"with layout {', '.join(f'{k} {s}' for k, s in shapes.items())}, ignore_bias={ignore_bias}"
+        d_in, theta_in = d.copy(), theta.copy()
+        got = filter_normalize(d_in, theta_in, layout) if ignore_bias else \
+            filter_normalize(d_in, theta_in, layout, ignore_bias=False)
+        got = np.asarray(got)
+        if not (np.array_equal(d_in, d) and np.array_equal(theta_in, theta)):
+            fail(ex, case, "the input d (or theta) was changed: return a new array", hint)
+        if got.shape != (size,):
+            fail(ex, case, f"expected a flat array of {size} numbers (the layout's size), got shape {got.shape}",
+                 hint)
+        for name, shape, o in layout:
+            n = prod(shape)
+            g, w = got[o:o + n].reshape(shape), want[o:o + n].reshape(shape)
+            if np.allclose(g, w, rtol=1e-4, atol=1e-6):
+                continue
+            if len(shape) == 1:
+                should = "all zeros (ignore_bias=True)" if ignore_bias else "a copy of theta's (ignore_bias=False)"
+                fail(ex, case, f"{name} should be {should}, got {np.array2string(g[:4], precision=3)}...", hint)
+            th, dd = theta[o:o + n].reshape(shape), d[o:o + n].reshape(shape)
+            gn, tn, rn = np.linalg.norm(g, axis=0), np.linalg.norm(th, axis=0), np.linalg.norm(th, axis=1)
+            bad = ~np.isclose(gn, tn, rtol=1e-4)
+            if not bad.any():                           # the right norms: then the direction is wrong
+                cos = np.sum(g * dd, axis=0) / (gn * np.linalg.norm(dd, axis=0) + 1e-30)
+                j = int(np.argmin(cos))
+                fail(ex, case, f"column {j} of {name} has the right norm but is not parallel to d's column {j} "
+                     f"(cosine {cos[j]:.3f}): rescale d's column, do not replace it", hint)
+            j = int(np.argmax(bad))
+            why = ""
+            if np.allclose(np.linalg.norm(g, axis=1), rn, rtol=1e-4):
+                why = " (its ROWS have theta's row norms: normalize columns, W is (in, out))"
+            elif np.allclose(gn, 1.0, rtol=1e-4):
+                why = " (unit columns: multiply by the norm of theta's column too)"
+            fail(ex, case, f"column {j} of {name} has norm {gn[j]:.4g}, but theta's column {j} has norm "
+                 f"{tn[j]:.4g}{why}", hint)
+        pad = np.ones(size, bool)
+        for _, shape, o in layout:
+            pad[o:o + prod(shape)] = False
+        if pad.any() and np.any(got[pad] != 0):
+            fail(ex, case, f"the padding between tensors (e.g. index {int(np.argmax(pad & (got != 0)))}) must stay 0",
+                 hint)
+    print(f"✓ {ex} passed: 3 random layouts (columns of different norms; biases zeroed and kept)")
