@@ -1,18 +1,70 @@
-"""Checks for notebook 08's exercises (performance), and the signatures of its kernels and course.fused's."""
+"""Checks for notebook 08's exercises (the register-blocked matmul, a grid-stride SGD), and the signatures of
+notebook 08's kernels (course.perf and course.fused)."""
 import numpy as np
 
 import course
-from course.checks.core import fail, raise_if_unimplemented, run_cases
+from course.checks.core import run_cases
+from course.checks.update import run_inplace_steps
+from course.update import sgd_ref
 from course.util import cdiv
 
 _M2 = "float32[:, ::1]"
+_A2 = "float32[:, :]"
 _V = "float32[::1]"
 _I = "int64[::1]"
 _ROWS = f"{_M2}, {{y}}, {_I}, int64, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_V}"
 _UPD = f"{_M2}, {_I}, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}"
 _STEPS = f"{_M2}, {{y}}, {_I}, int64, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_V}"
 SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 08, as launchers and checks call it
+    "course.perf:empty1_kernel": [_V],
+    "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
+    "course.perf:matmul_v3_kernel": [f"{_M2}, {_M2}, {_M2}", f"{_A2}, {_A2}, {_A2}"],
+    "course.perf:softmax_xent_grad_kernel": [f"{_M2}, {_I}, {_M2}, {_V}", f"{_M2}, int32[::1], {_M2}, {_V}"],
+    "course.perf:grad_wb_kernel": [f"{_M2}, {_M2}, {_M2}, {_V}"],
+    "course.perf:sgd_gridstride_kernel": ["float32[::1], float32[::1], float32", "float32[:], float32[:], float32"],
     "course.fused:fused_rows_kernel": [_ROWS.format(y=_I), _ROWS.format(y="int32[::1]")],
     "course.fused:fused_update_kernel": [_UPD],
     "course.fused:fused_steps_kernel": [_STEPS.format(y=_I), _STEPS.format(y="int32[::1]")],
 }
+ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumulated in another order than BLAS
+
+
+def check_matmul_v3(kernel, seed=0):
+    """Exercise 8.1: the register-blocked matmul on odd shapes (not multiples of the 128x128 tile nor of BK = 8),
+    with exact and oversized grids; blocks of (16, 16) threads, as the kernel's tiling requires."""
+    from course.perf import BM, BN, V3_BLOCK
+    rng = np.random.default_rng(seed)
+    cases = []
+    shapes = [((19, 37, 23), (1, 0)), ((course.pick(140, 130), 9, 5), (0, 0)),   # spare blocks; two row tiles
+              ((3, 20, course.pick(150, 131)), (0, 1))]                          # two column tiles; spare row
+    for (M, K, N), extra in shapes:
+        A = rng.standard_normal((M, K)).astype(np.float32)      # (M, K)
+        B = rng.standard_normal((K, N)).astype(np.float32)      # (K, N)
+        grid = (cdiv(N, BN) + extra[0], cdiv(M, BM) + extra[1])
+        cases.append(dict(name=f"A {A.shape} @ B {B.shape}", grid=grid, block=V3_BLOCK, inputs=[A, B],
+                          expected=A @ B))
+    run_cases("Exercise 8.1", kernel, cases, atol=ATOL, rtol=RTOL,
+              hint="for kk in range(BK): a[i] = sA[kk, ty + TY * i] for i < TM, b[j] = sB[kk, tx + TX * j] for "
+                   "j < TN, then acc[i, j] += a[i] * b[j] for every i, j: the same strided rows and columns as the "
+                   "epilogue that writes C, and every kk of the tile")
+
+
+def check_sgd_gridstride(kernel, seed=0):
+    """Exercise 8.2: p -= lr * g in place, for grids too small (each thread must loop) and too large."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for n, grid, block in ((course.pick(1000, 200), 1, 32), (course.pick(999, 131), 3, 32), (37, 4, 32),
+                           (course.pick(5000, 300), 2, 64)):
+        p = rng.standard_normal(n).astype(np.float32)
+        steps, cur = [], p
+        for _ in range(2):
+            g = rng.standard_normal(n).astype(np.float32)
+            lr = np.float32(rng.uniform(0.01, 0.5))
+            cur = sgd_ref(cur, g, lr)
+            steps.append((g, (lr,), (cur,)))
+        cases.append(dict(name=f"{n} parameters, {grid * block} threads", grid=grid, block=block, names=["p"],
+                          state=[p], steps=steps))
+    run_inplace_steps("Exercise 8.2", kernel, cases,
+                      hint="for i in range(cuda.grid(1), p.size, cuda.gridsize(1)): p[i] -= lr * g[i]: start at the "
+                           "thread's GLOBAL index and stride by the number of threads in the whole GRID "
+                           "(not the block): every element exactly once")
