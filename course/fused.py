@@ -25,6 +25,7 @@ from course.util import cdiv, require
 
 MAX_HIDDEN = 1024  # hidden units: the shared row of H and its partial sums hold at most this many floats
 MAX_BATCH = 1024   # batch rows: the shared copy of the batch's indices
+MAX_INPUTS = 1024  # inputs per example: the shared copy of the training row being processed
 MAX_THREADS = 1024
 NC_PAD = 16        # classes, padded: at most 16 outputs
 LANES2 = 32        # at most this many lanes split the hidden sum of each logit
@@ -52,7 +53,7 @@ def sgd_epoch_ref(X, y, perm, params, batch_size, lr):
 
 
 @cuda.jit(device=True)
-def row_phase(X, y, perm, base, W1, b1, W2, b2, H, dZ2, dH, losses, step, sPart, sH, sLog, sZ):
+def row_phase(X, y, perm, base, W1, b1, W2, b2, H, dZ2, dH, losses, step, sPart, sH, sLog, sZ, sX):
     """Phase 1 for the rows r = blockIdx.x, blockIdx.x + gridDim.x, ... of the batch; every thread must call it."""
     t = cuda.threadIdx.x
     nt = cuda.blockDim.x
@@ -66,12 +67,26 @@ def row_phase(X, y, perm, base, W1, b1, W2, b2, H, dZ2, dH, losses, step, sPart,
         kl2 *= 2
     for r in range(cuda.blockIdx.x, B, cuda.gridDim.x):
         row = perm[base + r]                   # the gather: read the training row in place, no copy
+        for k in range(t, K, nt):              # stage the row in shared memory once (coalesced)
+            sX[k] = X[row, k]
+        cuda.syncthreads()
         for u in range(t, hidden * kl, nt):    # u = lane * hidden + j: a partial sum of H[r, j]
             j = u % hidden
-            acc = float32(0.0)
-            for k in range(u // hidden, K, kl):
-                acc += X[row, k] * W1[k, j]    # x: one address per warp; W1: 32 neighbours (coalesced)
-            sPart[u] = acc
+            k = u // hidden
+            a0 = float32(0.0)                  # four independent sums: four loads of W1 in flight at once
+            a1 = float32(0.0)
+            a2 = float32(0.0)
+            a3 = float32(0.0)
+            while k + 3 * kl < K:
+                a0 += sX[k] * W1[k, j]         # sX: one shared address per warp; W1: 32 neighbours (coalesced)
+                a1 += sX[k + kl] * W1[k + kl, j]
+                a2 += sX[k + 2 * kl] * W1[k + 2 * kl, j]
+                a3 += sX[k + 3 * kl] * W1[k + 3 * kl, j]
+                k += 4 * kl
+            while k < K:
+                a0 += sX[k] * W1[k, j]
+                k += kl
+            sPart[u] = (a0 + a1) + (a2 + a3)
         cuda.syncthreads()
         for j in range(t, hidden, nt):         # combine the lanes, bias, ReLU
             h = b1[j]
@@ -141,8 +156,20 @@ def update_phase(X, perm, base, lr, W1, b1, W2, b2, H, dZ2, dH, sIdx):
         if e < nW1:                            # dW1[k, j] = sum_r X[idx[r], k] dH[r, j]
             k = e // hidden
             j = e - k * hidden
-            for r in range(B):
+            a1 = float32(0.0)                  # four independent sums: more loads in flight
+            a2 = float32(0.0)
+            a3 = float32(0.0)
+            r = 0
+            while r + 3 < B:
                 acc += X[sIdx[r], k] * dH[r, j]
+                a1 += X[sIdx[r + 1], k] * dH[r + 1, j]
+                a2 += X[sIdx[r + 2], k] * dH[r + 2, j]
+                a3 += X[sIdx[r + 3], k] * dH[r + 3, j]
+                r += 4
+            while r < B:
+                acc += X[sIdx[r], k] * dH[r, j]
+                r += 1
+            acc = (acc + a1) + (a2 + a3)
             W1[k, j] -= lr * acc
         elif e < nb1:                          # db1[j] = sum_r dH[r, j]
             j = e - nW1
@@ -169,7 +196,8 @@ def fused_rows_kernel(X, y, perm, step, W1, b1, W2, b2, H, dZ2, dH, losses):
     sH = cuda.shared.array(MAX_HIDDEN, float32)
     sLog = cuda.shared.array(LOG_CELLS, float32)
     sZ = cuda.shared.array(NC_PAD, float32)
-    row_phase(X, y, perm, step * H.shape[0], W1, b1, W2, b2, H, dZ2, dH, losses, step, sPart, sH, sLog, sZ)
+    sX = cuda.shared.array(MAX_INPUTS, float32)
+    row_phase(X, y, perm, step * H.shape[0], W1, b1, W2, b2, H, dZ2, dH, losses, step, sPart, sH, sLog, sZ, sX)
 
 
 @cuda.jit(**_JIT)
@@ -188,11 +216,12 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, H, dZ2, dH
     sLog = cuda.shared.array(LOG_CELLS, float32)
     sZ = cuda.shared.array(NC_PAD, float32)
     sIdx = cuda.shared.array(MAX_BATCH, int64)
+    sX = cuda.shared.array(MAX_INPUTS, float32)
     g = cuda.cg.this_grid()
     B = H.shape[0]
     for i in range(nsteps):
         step = step0 + i
-        row_phase(X, y, perm, step * B, W1, b1, W2, b2, H, dZ2, dH, losses, step, sPart, sH, sLog, sZ)
+        row_phase(X, y, perm, step * B, W1, b1, W2, b2, H, dZ2, dH, losses, step, sPart, sH, sLog, sZ, sX)
         g.sync()                               # every row's H, dZ2, dH is written
         update_phase(X, perm, step * B, lr, W1, b1, W2, b2, H, dZ2, dH, sIdx)
         if i + 1 < nsteps:
@@ -216,9 +245,11 @@ class FusedTrainer:
         W1, b1, W2, b2 = (params[k] for k in ("W1", "b1", "W2", "b2"))
         K, hidden = W1.shape
         C = W2.shape[1]
-        if not (1 <= hidden <= MAX_HIDDEN and 1 <= C <= NC_PAD and 1 <= batch_size <= MAX_BATCH):
-            raise ValueError(f"the fused kernels need hidden <= {MAX_HIDDEN}, at most {NC_PAD} outputs and "
-                             f"batch_size <= {MAX_BATCH}; got {hidden}, {C}, {batch_size}")
+        if not (1 <= hidden <= MAX_HIDDEN and 1 <= C <= NC_PAD and 1 <= batch_size <= MAX_BATCH
+                and K <= MAX_INPUTS):
+            raise ValueError(f"the fused kernels need at most {MAX_INPUTS} inputs, hidden <= {MAX_HIDDEN}, "
+                             f"at most {NC_PAD} outputs and "
+                             f"batch_size <= {MAX_BATCH}; got {K} inputs, hidden {hidden}, {C} outputs, batch_size {batch_size}")
         threads = threads or course.pick(gpu=THREADS, sim=64)
         most = MAX_THREADS if course.SIMULATOR else min(MAX_THREADS, 65536 // REGS)  # registers per SM
         if threads % 32 or not 32 <= threads <= most:
