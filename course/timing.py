@@ -2,20 +2,36 @@
 import time
 
 import numpy as np
-from numba import cuda
+from numba import cuda, float32
 
 import course
 
+HOLD_ITERATIONS = 1_000_000  # dependent multiply-adds: about 2 ms on an H200, longer than launching fn() takes
+
+
+@cuda.jit
+def hold_kernel(n, sink):
+    """Keep the GPU busy with n dependent multiply-adds, so that work queued behind it waits."""
+    x = float32(1.0)
+    for _ in range(n):
+        x = x * float32(0.9999999) + float32(1e-7)
+    if x == float32(-1.0):  # never true; keeps the compiler from dropping the loop
+        sink[0] = x
+
 
 def gpu_time(fn, repeat=10, warmup=2):
-    """Median milliseconds per call of fn(), which launches GPU work.
+    """Median milliseconds of GPU work per call of fn(), which launches GPU work.
 
-    On a GPU, CUDA events recorded on the stream around each call measure device time; in the simulator
+    On a GPU: a ~2 ms hold kernel is queued first, then a CUDA event, fn()'s launches and another event. The
+    first event runs when the hold ends, by which time fn()'s kernels are already queued, so the interval is the
+    GPU's own time: Python's launch overhead (~25 us per launch) is left out. Without the hold, an idle GPU would
+    run the start event at once and then wait for Python, and a 3 us kernel would read as 30 us. In the simulator
     (whose events carry no timing) a synchronised wall clock is used instead."""
     for _ in range(warmup):
         fn()  # compilation and first-touch costs stay out of the measurement
     cuda.synchronize()
     times = []
+    sink = None if course.SIMULATOR else cuda.device_array(1, np.float32)
     for _ in range(repeat):
         if course.SIMULATOR:
             t0 = time.perf_counter()
@@ -24,6 +40,7 @@ def gpu_time(fn, repeat=10, warmup=2):
             times.append((time.perf_counter() - t0) * 1e3)
         else:
             start, end = cuda.event(), cuda.event()
+            hold_kernel[1, 1](HOLD_ITERATIONS, sink)
             start.record()
             fn()
             end.record()
@@ -33,7 +50,8 @@ def gpu_time(fn, repeat=10, warmup=2):
 
 
 def wall_time(fn, repeat=10, warmup=2):
-    """Median milliseconds per call of fn() by the host's clock, synchronising after each call."""
+    """Median milliseconds per call of fn() by the host's clock, synchronising after each call: what a caller
+    waits, launch overhead included."""
     for _ in range(warmup):
         fn()
     cuda.synchronize()

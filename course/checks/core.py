@@ -10,6 +10,9 @@ GUARD_FLOAT = np.float32(-7.77e33)  # what guard cells hold; a kernel has no rea
 GUARD_INT = -987654321
 
 
+SIGNATURES = {"course.timing:hold_kernel": ["int64, float32[::1]"]}  # support kernels (tests/test_compile.py)
+
+
 class CheckFailure(AssertionError):
     """A check found a wrong answer; the message says where and hints why."""
 
