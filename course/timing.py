@@ -12,10 +12,10 @@ HOLD_ITERATIONS = 1_000_000  # dependent multiply-adds: about 2 ms on an H200, l
 @cuda.jit
 def hold_kernel(n, sink):
     """Keep the GPU busy with n dependent multiply-adds, so that work queued behind it waits."""
-    x = float32(1.0)
+    x = sink[0]  # a value the compiler cannot know, or it would fold the whole loop away
     for _ in range(n):
-        x = x * float32(0.9999999) + float32(1e-7)
-    if x == float32(-1.0):  # never true; keeps the compiler from dropping the loop
+        x = x * float32(0.5) + float32(0.25)
+    if x == float32(-12345.0):  # (almost) never true; keeps the result, and so the loop, alive
         sink[0] = x
 
 
