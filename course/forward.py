@@ -108,7 +108,7 @@ def matmul(A, B, out=None, version="v2"):
     return out
 
 
-def linear(X, W, b, out=None, relu=False):
+def linear(X, W, b, out=None, relu=False, stream=0):
     """Y = X @ W + b (then ReLU if relu) on the device: X (B, K), W (K, N), b (N,) float32 -> Y (B, N)."""
     require("X", X, np.float32, ndim=2)
     require("W", W, np.float32, shape=(X.shape[1], None))
@@ -117,12 +117,12 @@ def linear(X, W, b, out=None, relu=False):
         out = cuda.device_array((X.shape[0], W.shape[1]), np.float32)
     require("out", out, np.float32, shape=(X.shape[0], W.shape[1]))
     if out.size:
-        linear_kernel[_grid(*out.shape), BLOCK](X, W, b, 1 if relu else 0, out)
+        linear_kernel[_grid(*out.shape), BLOCK, stream](X, W, b, 1 if relu else 0, out)
     return out
 
 
-def mlp_forward(X, W1, b1, W2, b2, H=None, logits=None):
+def mlp_forward(X, W1, b1, W2, b2, H=None, logits=None, stream=0):
     """The MLP's forward pass in two launches: H = ReLU(X @ W1 + b1) (B, hidden), logits = H @ W2 + b2 (B, 10)."""
-    H = linear(X, W1, b1, out=H, relu=True)     # (B, 784) @ (784, hidden) -> (B, hidden)
-    logits = linear(H, W2, b2, out=logits)      # (B, hidden) @ (hidden, 10) -> (B, 10)
+    H = linear(X, W1, b1, out=H, relu=True, stream=stream)  # (B, 784) @ (784, hidden) -> (B, hidden)
+    logits = linear(H, W2, b2, out=logits, stream=stream)   # (B, hidden) @ (hidden, 10) -> (B, 10)
     return H, logits

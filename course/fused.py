@@ -278,6 +278,27 @@ class FusedTrainer:
         self._blocks = min(want, kernel.max_cooperative_grid_blocks(self.threads))
         return self._blocks
 
+    def phase_grids(self):
+        """Blocks of the two launches of mode "phases": one per batch row, and enough for one thread per parameter."""
+        if self._blocks:
+            return self._blocks, self._blocks
+        return self.batch_size, cdiv(self.n_params, self.threads)
+
+    def launch_step(self, X_d, y_d, idx, loss, stream=0):
+        """The launches of ONE step on the batch X_d[idx] (idx: (B,) device array of row numbers) on `stream`, the
+        batch's mean loss added to loss[0]: one cooperative launch, or two in mode "phases". For a CUDA graph to
+        record (notebook 08): it takes the batch from device memory, as a replayed graph must."""
+        W1, b1, W2, b2 = self.W
+        if self.mode == "phases":
+            rows_grid, upd_grid = self.phase_grids()
+            fused_rows_kernel[rows_grid, self.threads, stream](X_d, y_d, idx, 0, W1, b1, W2, b2,
+                                                               self.H, self.dZ2, self.dH, loss)
+            fused_update_kernel[upd_grid, self.threads, stream](X_d, idx, 0, self.lr, W1, b1, W2, b2,
+                                                                self.H, self.dZ2, self.dH)
+        else:
+            args = (X_d, y_d, idx, 0, 1, self.lr, W1, b1, W2, b2, self.H, self.dZ2, self.dH, loss)
+            fused_steps_kernel[self.grid(args), self.threads, stream](*args)
+
     def epoch(self, X_d, y_d, perm_d, losses):
         """Train one epoch over the batches perm_d[k*B:(k+1)*B]; losses[k] (a zeroed-here float32 device array of
         len(perm_d) // B) gets step k's mean loss. Returns losses; nothing is read back."""
@@ -292,8 +313,7 @@ class FusedTrainer:
         zero_kernel[cdiv(nsteps, 256), 256](losses)
         W1, b1, W2, b2 = self.W
         if self.mode == "phases":
-            rows_grid = B if self._blocks is None else self._blocks
-            upd_grid = cdiv(self.n_params, self.threads) if self._blocks is None else self._blocks
+            rows_grid, upd_grid = self.phase_grids()
             for step in range(nsteps):
                 fused_rows_kernel[rows_grid, self.threads](X_d, y_d, perm_d, step, W1, b1, W2, b2,
                                                            self.H, self.dZ2, self.dH, losses)

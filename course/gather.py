@@ -25,7 +25,7 @@ def gather_kernel(X, idx, out):
 BLOCK = (32, 8)  # 32 threads along a row (one warp, coalesced), 8 rows per block
 
 
-def gather(X, idx, out=None):
+def gather(X, idx, out=None, stream=0):
     """Gather rows X[idx] on the device: X (N, D) float32, idx (B,) int32/int64 -> out (B, D) float32.
 
     idx values must lie in [0, N): checking them would cost a copy to the host, so the caller guarantees it."""
@@ -36,7 +36,7 @@ def gather(X, idx, out=None):
     require("out", out, np.float32, shape=(idx.shape[0], X.shape[1]))
     grid = (cdiv(out.shape[1], BLOCK[0]), cdiv(out.shape[0], BLOCK[1]))
     if out.size:
-        gather_kernel[grid, BLOCK](X, idx, out)
+        gather_kernel[grid, BLOCK, stream](X, idx, out)
     return out
 
 
@@ -48,7 +48,7 @@ def gather1d_kernel(a, idx, out):
         out[i] = a[idx[i]]
 
 
-def gather_labels(y, idx, out=None):
+def gather_labels(y, idx, out=None, stream=0):
     """Gather y[idx] on the device: y (N,) int32/int64, idx (B,) int32/int64 -> out (B,) of y's dtype."""
     require("y", y, (np.int32, np.int64), ndim=1)
     require("idx", idx, (np.int32, np.int64), ndim=1)
@@ -56,5 +56,5 @@ def gather_labels(y, idx, out=None):
         out = cuda.device_array(idx.shape[0], y.dtype)
     require("out", out, y.dtype, shape=(idx.shape[0],))
     if out.size:
-        gather1d_kernel[cdiv(out.shape[0], 256), 256](y, idx, out)
+        gather1d_kernel[cdiv(out.shape[0], 256), 256, stream](y, idx, out)
     return out

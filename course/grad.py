@@ -98,24 +98,24 @@ def _grid2(rows, cols, block=BLOCK):
     return (cdiv(cols, block[0]), cdiv(rows, block[1]))  # x covers the columns, y the rows
 
 
-def column_sums(A, out):
+def column_sums(A, out, stream=0):
     """out (N,) = A (M, N) summed over rows, on the device."""
     require("A", A, np.float32, ndim=2)
     require("out", out, np.float32, shape=(A.shape[1],))
-    colsum_kernel[cdiv(A.shape[1], COLS), (COLS, LANES)](A, out)
+    colsum_kernel[cdiv(A.shape[1], COLS), (COLS, LANES), stream](A, out)
     return out
 
 
-def matmul_tn(A, B, out):
+def matmul_tn(A, B, out, stream=0):
     """out = A^T @ B on the device: A (R, M), B (R, N) -> out (M, N)."""
     require("A", A, np.float32, ndim=2)
     require("B", B, np.float32, shape=(A.shape[0], None))
     require("out", out, np.float32, shape=(A.shape[1], B.shape[1]))
-    matmul_tn_kernel[_grid2(*out.shape), BLOCK](A, B, out)
+    matmul_tn_kernel[_grid2(*out.shape), BLOCK, stream](A, B, out)
     return out
 
 
-def mlp_backward(X, y, H, probs, W2, grads, work=None):
+def mlp_backward(X, y, H, probs, W2, grads, work=None, stream=0):
     """Fill grads["W1"], ["b1"], ["W2"], ["b2"] (device arrays shaped like the parameters) in six launches.
 
     X (B, 784), y (B,) int, H (B, hidden) and probs (B, 10) from the forward pass, W2 (hidden, 10).
@@ -134,10 +134,10 @@ def mlp_backward(X, y, H, probs, W2, grads, work=None):
         work["dZ2"] = cuda.device_array(probs.shape, np.float32)
         work["dZ1"] = cuda.device_array(H.shape, np.float32)
     dZ2, dZ1 = work["dZ2"], work["dZ1"]
-    dlogits_kernel[_grid2(*dZ2.shape), BLOCK](probs, y, dZ2)    # (B, 10)
-    matmul_tn(H, dZ2, grads["W2"])                              # (hidden, B) @ (B, 10) -> (hidden, 10)
-    column_sums(dZ2, grads["b2"])                               # (10,)
-    dhidden_kernel[_grid2(*dZ1.shape), BLOCK](dZ2, W2, H, dZ1)  # (B, 10) @ (10, hidden), masked -> (B, hidden)
-    matmul_tn(X, dZ1, grads["W1"])                              # (784, B) @ (B, hidden) -> (784, hidden)
-    column_sums(dZ1, grads["b1"])                               # (hidden,)
+    dlogits_kernel[_grid2(*dZ2.shape), BLOCK, stream](probs, y, dZ2)    # (B, 10)
+    matmul_tn(H, dZ2, grads["W2"], stream)                              # (hidden, B) @ (B, 10) -> (hidden, 10)
+    column_sums(dZ2, grads["b2"], stream)                               # (10,)
+    dhidden_kernel[_grid2(*dZ1.shape), BLOCK, stream](dZ2, W2, H, dZ1)  # (B, 10) @ (10, hidden), masked -> (B, hidden)
+    matmul_tn(X, dZ1, grads["W1"], stream)                              # (784, B) @ (B, hidden) -> (784, hidden)
+    column_sums(dZ1, grads["b1"], stream)                               # (hidden,)
     return grads

@@ -99,7 +99,7 @@ def div_kernel(a, d):
 
 
 # Exercise 3.3: the mean on the device
-def batch_mean(x, out=None):
+def batch_mean(x, out=None, stream=0):
     """Mean of a float32 device vector x (n,), n >= 1, into out, a (1,) float32 device array; returns out."""
     require("x", x, np.float32, ndim=1)
     if x.shape[0] == 0:
@@ -108,13 +108,13 @@ def batch_mean(x, out=None):
         out = cuda.device_array(1, np.float32)
     require("out", out, np.float32, shape=(1,))
     n = x.shape[0]
-    zero_kernel[1, 1](out)                                # the accumulator starts at 0, on every call
-    sum_kernel[cdiv(n, THREADS), THREADS](x, out)         # (n,) -> (1,): one partial per block, added atomically
-    div_kernel[1, 1](out, np.float32(n))                  # the sum becomes the mean, still on the device
+    zero_kernel[1, 1, stream](out)                        # the accumulator starts at 0, on every call
+    sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out) # (n,) -> (1,): one partial per block, added atomically
+    div_kernel[1, 1, stream](out, np.float32(n))          # the sum becomes the mean, still on the device
     return out
 
 
-def cross_entropy(logits, y, probs=None, losses=None, loss=None):
+def cross_entropy(logits, y, probs=None, losses=None, loss=None, stream=0):
     """Softmax + cross-entropy of a batch on the device: logits (B, C) float32, y (B,) int64 or int32 labels.
 
     Returns (loss, probs): loss is a (1,) float32 device array holding the batch mean, probs (B, C) float32.
@@ -136,8 +136,8 @@ def cross_entropy(logits, y, probs=None, losses=None, loss=None):
     require("probs", probs, np.float32, shape=(B, C))
     require("losses", losses, np.float32, shape=(B,))
     require("loss", loss, np.float32, shape=(1,))
-    softmax_xent_kernel[cdiv(B, THREADS), THREADS](logits, y, probs, losses)  # (B, C) -> (B, C) and (B,)
-    batch_mean(losses, out=loss)                                              # (B,) -> (1,)
+    softmax_xent_kernel[cdiv(B, THREADS), THREADS, stream](logits, y, probs, losses)  # (B, C) -> (B, C) and (B,)
+    batch_mean(losses, out=loss, stream=stream)                                       # (B,) -> (1,)
     return loss, probs
 
 

@@ -55,13 +55,13 @@ def _flat_pair(p, g):
     require("g", g, np.float32, shape=(p.shape[0],))
 
 
-def sgd(p, g, lr):
+def sgd(p, g, lr, stream=0):
     """One SGD step in place over flat float32 device arrays: p -= lr * g. Returns p."""
     _flat_pair(p, g)
     lr = _number("lr", lr, 0.0)
     if p.size:
         grid, block = launch_shape(p.size)
-        sgd_kernel[grid, block](p, g, lr)
+        sgd_kernel[grid, block, stream](p, g, lr)
     return p
 
 
