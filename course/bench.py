@@ -5,13 +5,21 @@ permutation per epoch everywhere. Each implementation trains EPOCHS epochs: the 
 first touch), epoch_s is the median of the others, test_acc is measured after the last. Rows:
 
   course_plain         course.train.fit: ~15 launches per step (notebook 06)
+  course_plain_graph   the same 15 launches recorded once into a CUDA graph, replayed per step (course.graphs)
   course_fused         course.fused, one cooperative launch per epoch (the fastest loop)
   course_fused_step    course.fused, one cooperative launch per step
+  course_fused_step_graph  that launch recorded into a CUDA graph, replayed per step
   course_fused_phases  course.fused, two plain launches per step
   numpy                the float64 NumPy twins (course.grad.mlp_grads_ref) on the CPU: an epoch timed on a subset
                        of the batches and scaled to the full epoch (flagged "scaled")
   pytorch_eager        torch.nn, the same initial parameters copied in, on CUDA when available (skipped with a note
                        when torch cannot be imported)
+  pytorch_graph        the same, the whole step (gather, forward, loss, backward, SGD) captured in one CUDA graph
+                       (torch.cuda.graph) and replayed per step; the batch's indices read from a step counter on
+                       the device; skipped with a note without torch or without a GPU
+
+The graph rows are skipped in the simulator (it has no CUDA graphs). Without --quick on a GPU, "matmul" lists the
+TFLOP/s of notebook 08's matmul ladder at 4096^3 (v1, v2, v3, v4 and cuBLAS through PyTorch when importable).
 """
 import json
 import math
@@ -28,6 +36,7 @@ HIDDEN, BATCH, LR, SEED = 128, 64, 0.1, 0
 PLAIN_LAUNCHES = 15   # gather 2 + forward 2 + loss 4 (softmax, zero, sum, divide) + backward 6 + update 1
 NUMPY_STEPS = 200     # batches timed by the NumPy twin; its epoch time is scaled from them
 NUMPY_BUDGET_S = 150  # the NumPy twin trains all epochs for its accuracy only if that takes less than this
+MATMUL_N = 4096       # the matmul ladder's size: (N, N) @ (N, N), FP32
 
 
 def config(quick, simulator):
@@ -85,6 +94,36 @@ def bench_fused(data, cfg, mode):
                 note=f"course.fused mode={mode!r}: {what}; plus one launch per epoch that zeroes the losses")
 
 
+def _skipped(note):
+    return dict(epoch_s=None, test_acc=None, launches_per_step=None, skipped=True, note=f"skipped: {note}")
+
+
+def bench_graph(data, cfg, loop):
+    """course.graphs.fit_graph: each step one replay of a CUDA graph of the plain loop's or the fused step's
+    launches (plus batch_index_kernel and record_loss_kernel)."""
+    from course.graphs import fit_graph, graph_support
+    why_not = graph_support()
+    if why_not:
+        return _skipped(why_not)
+    fell_back = ""
+    try:
+        hist = fit_graph(*data, hidden=cfg["hidden"], epochs=cfg["epochs"], batch_size=cfg["batch_size"], lr=LR,
+                         seed=SEED, loop=loop, progress=False)
+    except Exception as e:
+        if loop != "fused_step":
+            raise
+        fell_back = (f"; the cooperative step kernel could not be recorded ({type(e).__name__}: "
+                     f"{str(e).splitlines()[0] if str(e) else ''}), so its two-launch form (mode 'phases') was")
+        loop = "fused_phases"
+        hist = fit_graph(*data, hidden=cfg["hidden"], epochs=cfg["epochs"], batch_size=cfg["batch_size"], lr=LR,
+                         seed=SEED, loop=loop, progress=False)
+    row = _summary([e["seconds"] for e in hist["epoch"]], [e["test_acc"] for e in hist["epoch"]], cfg)
+    inside = {"plain": PLAIN_LAUNCHES, "fused_step": 1, "fused_phases": 2}[loop] + 2
+    return dict(row, launches_per_step=1, kernels_per_step=inside,
+                note=f"course.graphs loop={loop!r}: one graph replay per step ({inside} kernels recorded: the "
+                     f"step's and two that read the batch's indices and store the loss on the device){fell_back}")
+
+
 def _numpy_accuracy(Xt, yt, p):
     H = np.maximum(Xt @ p["W1"] + p["b1"], 0)
     return float(np.mean(np.argmax(H @ p["W2"] + p["b2"], axis=1) == yt))
@@ -117,23 +156,28 @@ def bench_numpy(data, cfg, init):
     return dict(row, note=note)
 
 
-def bench_torch(data, cfg, init):
-    try:
-        import torch
-    except ImportError as e:
-        return dict(epoch_s=None, test_acc=None, launches_per_step=None, skipped=True,
-                    note=f"skipped: torch is not importable here ({e})")
-    X, y, Xt, yt = data
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def _torch_model(torch, dev, init, cfg, n_in):
+    """nn.Linear-ReLU-nn.Linear with our initial parameters (our W is (in, out); nn.Linear's is (out, in))."""
     torch.backends.cuda.matmul.allow_tf32 = False                        # FP32, as our kernels
     torch.backends.cudnn.allow_tf32 = False
-    model = torch.nn.Sequential(torch.nn.Linear(X.shape[1], cfg["hidden"]), torch.nn.ReLU(),
+    model = torch.nn.Sequential(torch.nn.Linear(n_in, cfg["hidden"]), torch.nn.ReLU(),
                                 torch.nn.Linear(cfg["hidden"], 10)).to(dev)
-    with torch.no_grad():                                                # our W is (in, out); nn.Linear's (out, in)
+    with torch.no_grad():
         model[0].weight.copy_(torch.from_numpy(init["W1"].T.copy()))
         model[0].bias.copy_(torch.from_numpy(init["b1"]))
         model[2].weight.copy_(torch.from_numpy(init["W2"].T.copy()))
         model[2].bias.copy_(torch.from_numpy(init["b2"]))
+    return model
+
+
+def bench_torch(data, cfg, init):
+    try:
+        import torch
+    except ImportError as e:
+        return _skipped(f"torch is not importable here ({e})")
+    X, y, Xt, yt = data
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = _torch_model(torch, dev, init, cfg, X.shape[1])
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     loss_fn = torch.nn.CrossEntropyLoss()
     X_d, y_d = torch.from_numpy(X).to(dev), torch.from_numpy(y).to(dev)
@@ -157,6 +201,108 @@ def bench_torch(data, cfg, init):
     return dict(_summary(seconds, accs, cfg), launches_per_step=None,
                 note=f"torch {torch.__version__} eager on {dev.type}, FP32 (TF32 off), nn.Linear + CrossEntropyLoss "
                      "+ optim.SGD; launches per step not counted")
+
+
+def bench_torch_graph(data, cfg, init):
+    """PyTorch with the whole SGD step captured in one CUDA graph (torch.cuda.graph), replayed once per step. The
+    step reads its batch's indices from the epoch's order at a step counter on the device, so nothing changes
+    between replays; the warm-up (on a side stream, as torch.cuda.graph asks) is undone before the timed epochs."""
+    try:
+        import torch
+    except ImportError as e:
+        return _skipped(f"torch is not importable here ({e})")
+    if not torch.cuda.is_available():
+        return _skipped(f"torch {torch.__version__} sees no CUDA GPU (CUDA graphs need one)")
+    X, y, Xt, yt = data
+    dev = torch.device("cuda")
+    model = _torch_model(torch, dev, init, cfg, X.shape[1])
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    X_d, y_d = torch.from_numpy(X).to(dev), torch.from_numpy(y).to(dev).long()
+    Xt_d, yt_d = torch.from_numpy(Xt).to(dev), torch.from_numpy(yt).to(dev)
+    B, perms = cfg["batch_size"], permutations(len(X), cfg)
+    steps = len(perms[0]) // B
+    perm_d = torch.zeros(len(perms[0]), dtype=torch.long, device=dev)   # the epoch's order, copied in per epoch
+    counter = torch.zeros(1, dtype=torch.long, device=dev)              # the batch the next replay takes
+    rows = torch.arange(B, device=dev)
+    losses = torch.zeros(steps, device=dev)
+
+    def step():
+        idx = perm_d[counter * B + rows]                                 # (B,): read on the device
+        loss = loss_fn(model(X_d[idx]), y_d[idx])
+        loss.backward()
+        opt.step()
+        losses.index_copy_(0, counter, loss.detach().reshape(1))
+        counter.add_(1)
+
+    start = [p.detach().clone() for p in model.parameters()]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):                                        # warm-up: 3 eager steps
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        step()
+    with torch.no_grad():                                                # undo the warm-up's 3 steps
+        for p, p0 in zip(model.parameters(), start):
+            p.copy_(p0)
+    seconds, accs = [], []
+    for perm in perms:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        perm_d.copy_(torch.from_numpy(perm))
+        counter.zero_()
+        for _ in range(steps):
+            graph.replay()
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - t0)
+        with torch.no_grad():
+            accs.append(float((model(Xt_d).argmax(1) == yt_d).float().mean()))
+    return dict(_summary(seconds, accs, cfg), launches_per_step=1,
+                note=f"torch {torch.__version__}, the whole SGD step captured in one CUDA graph (torch.cuda.graph) "
+                     "and replayed per step, FP32 (TF32 off); batch indices read on the device")
+
+
+def bench_matmul(n=MATMUL_N):
+    """[{"impl", "n", "tflops"}]: notebook 08's matmul ladder at (n, n) @ (n, n), FP32, by CUDA events (median),
+    and cuBLAS through PyTorch (TF32 off) when torch sees a GPU."""
+    from numba import cuda
+    from course.forward import matmul_v1_kernel, matmul_v2_kernel
+    from course.perf import matmul_v3, matmul_v4
+    from course.timing import gpu_time
+    rng = np.random.default_rng(0)
+    A = cuda.to_device(rng.standard_normal((n, n)).astype(np.float32))
+    B = cuda.to_device(rng.standard_normal((n, n)).astype(np.float32))
+    C = cuda.device_array((n, n), np.float32)
+    g16 = ((n + 15) // 16, (n + 15) // 16)
+    versions = {"v1": lambda: matmul_v1_kernel[g16, (16, 16)](A, B, C),
+                "v2": lambda: matmul_v2_kernel[g16, (16, 16)](A, B, C),
+                "v3": lambda: matmul_v3(A, B, out=C), "v4": lambda: matmul_v4(A, B, out=C)}
+    flop = 2 * n ** 3
+    out = [dict(impl=name, n=n, tflops=flop / (gpu_time(fn, repeat=5, warmup=1) * 1e-3) / 1e12)
+           for name, fn in versions.items()]
+    try:
+        import torch
+        if torch.cuda.is_available():
+            torch.backends.cuda.matmul.allow_tf32 = False
+            At, Bt = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+            At @ Bt
+            start, end, times = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
+            for _ in range(10):
+                start.record()
+                At @ Bt
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            out.append(dict(impl=f"cuBLAS (torch {torch.__version__})", n=n,
+                            tflops=flop / (float(np.median(times)) * 1e-3) / 1e12))
+    except ImportError:
+        pass
+    return out
 
 
 def table(rows):
@@ -186,11 +332,14 @@ def run(args, error):
           f"each (the first is a warm-up), on {device['name']}" + (" [--quick: checks the pipeline only]"
                                                                  if args.quick else ""))
     benches = [("course_plain", lambda: bench_plain(data, cfg)),
+               ("course_plain_graph", lambda: bench_graph(data, cfg, "plain")),
                ("course_fused", lambda: bench_fused(data, cfg, "epoch")),
                ("course_fused_step", lambda: bench_fused(data, cfg, "step")),
+               ("course_fused_step_graph", lambda: bench_graph(data, cfg, "fused_step")),
                ("course_fused_phases", lambda: bench_fused(data, cfg, "phases")),
                ("numpy", lambda: bench_numpy(data, cfg, init)),
-               ("pytorch_eager", lambda: bench_torch(data, cfg, init))]
+               ("pytorch_eager", lambda: bench_torch(data, cfg, init)),
+               ("pytorch_graph", lambda: bench_torch_graph(data, cfg, init))]
     rows = []
     for name, fn in benches:
         t0 = time.perf_counter()
@@ -203,11 +352,19 @@ def run(args, error):
         print(f"  {name}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     print(table(rows))
     print("(* scaled from a subset of the epoch's batches)")
+    matmul = []
+    if not (args.quick or course.SIMULATOR):
+        try:
+            matmul = bench_matmul()
+        except Exception as e:  # the training rows stand on their own
+            print(f"matmul ladder failed: {type(e).__name__}: {e}", file=sys.stderr)
+        for m in matmul:
+            print(f"matmul {m['impl']:24s} {m['n']}^3 FP32 {m['tflops']:7.2f} TFLOP/s")
     result = dict(gpu=device["name"], device=device, date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   quick=bool(args.quick), host=platform.node(), python=platform.python_version(),
                   config=dict(cfg, lr=LR, seed=SEED, n_train=len(data[0]), n_test=len(data[2]),
                               pixels=data[0].shape[1]),
-                  rows=rows)
+                  rows=rows, matmul=matmul)
     if out is not None:
         out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {out}")

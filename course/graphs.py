@@ -81,8 +81,10 @@ class Graph:
         self.stream = device.create_stream()
         builder = self.stream.create_graph_builder()
         builder.begin_building()
-        launches(builder)                            # each kernel[grid, block, builder](...) adds a node
-        builder.end_building()
+        try:
+            launches(builder)                        # each kernel[grid, block, builder](...) adds a node
+        finally:
+            builder.end_building()                   # also after a failed launch: the stream leaves capture
         self.graph = builder.complete()
         self.graph.upload(self.stream)
 

@@ -9,7 +9,10 @@ import pytest
 import course
 from course import bench
 
-IMPLS = ["course_plain", "course_fused", "course_fused_step", "course_fused_phases", "numpy", "pytorch_eager"]
+IMPLS = ["course_plain", "course_plain_graph", "course_fused", "course_fused_step", "course_fused_step_graph",
+         "course_fused_phases", "numpy", "pytorch_eager", "pytorch_graph"]
+RUN = ["course_plain", "course_fused", "course_fused_step", "course_fused_phases", "numpy"]  # run everywhere
+GRAPHS = ["course_plain_graph", "course_fused_step_graph", "pytorch_graph"]  # CUDA graphs: a GPU only
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +33,19 @@ def test_quick_run_writes_every_row(quick):
         assert {"impl", "epoch_s", "test_acc", "launches_per_step", "note"} <= set(row), row
         assert not row.get("failed"), row
     rows = {row["impl"]: row for row in result["rows"]}
-    for name in IMPLS[:5]:
+    for name in RUN:
         assert rows[name]["epoch_s"] > 0 and 0 <= rows[name]["test_acc"] <= 1, rows[name]
     assert rows["course_plain"]["launches_per_step"] == bench.PLAIN_LAUNCHES
     assert rows["course_fused"]["launches_per_step"] < rows["course_fused_step"]["launches_per_step"] \
         < rows["course_fused_phases"]["launches_per_step"] < rows["course_plain"]["launches_per_step"]
     # the same initial parameters and permutations: every implementation predicts the same test labels here
-    accs = {rows[n]["test_acc"] for n in IMPLS[:5]}
+    accs = {rows[n]["test_acc"] for n in RUN}
     assert len(accs) == 1, accs
+    if course.SIMULATOR:  # no CUDA graphs there: each graph row says so instead of a number
+        for name in GRAPHS:
+            assert rows[name]["skipped"] and rows[name]["epoch_s"] is None, rows[name]
+            assert rows[name]["note"].startswith("skipped: "), rows[name]
+        assert "simulator" in rows["course_plain_graph"]["note"] and result["matmul"] == []
     assert "course_fused" in r.stdout and "wrote" in r.stdout
 
 
@@ -47,9 +55,10 @@ def test_torch_row_is_skipped_with_a_note_without_torch(quick):
         pytest.skip("torch is installed here")
     except ImportError:
         pass
-    row = json.loads(quick[1].read_text())["rows"][-1]
-    assert row["impl"] == "pytorch_eager" and row["epoch_s"] is None and row["skipped"]
-    assert row["note"].startswith("skipped: torch is not importable")
+    rows = {r["impl"]: r for r in json.loads(quick[1].read_text())["rows"]}
+    for name in ("pytorch_eager", "pytorch_graph"):
+        assert rows[name]["epoch_s"] is None and rows[name]["skipped"], rows[name]
+        assert rows[name]["note"].startswith("skipped: torch is not importable"), rows[name]
 
 
 def test_out_directory_must_exist(tmp_path):
