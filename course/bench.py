@@ -19,7 +19,7 @@ first touch), epoch_s is the median of the others, test_acc is measured after th
                        the device; skipped with a note without torch or without a GPU
 
 The graph rows are skipped in the simulator (it has no CUDA graphs). Without --quick on a GPU, "matmul" lists the
-TFLOP/s of notebook 08's matmul ladder at 4096^3 (v1, v2, v3, v4 and cuBLAS through PyTorch when importable).
+TFLOP/s of notebook 08's matmul ladder at 4096^3 (v1 to v5 and cuBLAS through PyTorch when importable).
 """
 import json
 import math
@@ -272,7 +272,7 @@ def bench_matmul(n=MATMUL_N):
     and cuBLAS through PyTorch (TF32 off) when torch sees a GPU."""
     from numba import cuda
     from course.forward import matmul_v1_kernel, matmul_v2_kernel
-    from course.perf import matmul_v3, matmul_v4
+    from course.perf import matmul_v3, matmul_v4, matmul_v5
     from course.timing import gpu_time
     rng = np.random.default_rng(0)
     A = cuda.to_device(rng.standard_normal((n, n)).astype(np.float32))
@@ -281,7 +281,8 @@ def bench_matmul(n=MATMUL_N):
     g16 = ((n + 15) // 16, (n + 15) // 16)
     versions = {"v1": lambda: matmul_v1_kernel[g16, (16, 16)](A, B, C),
                 "v2": lambda: matmul_v2_kernel[g16, (16, 16)](A, B, C),
-                "v3": lambda: matmul_v3(A, B, out=C), "v4": lambda: matmul_v4(A, B, out=C)}
+                "v3": lambda: matmul_v3(A, B, out=C), "v4": lambda: matmul_v4(A, B, out=C),
+                "v5": lambda: matmul_v5(A, B, out=C)}
     flop = 2 * n ** 3
     out = [dict(impl=name, n=n, tflops=flop / (gpu_time(fn, repeat=5, warmup=1) * 1e-3) / 1e12)
            for name, fn in versions.items()]

@@ -110,18 +110,20 @@ def test_matmul_v3_matches_numpy_at_odd_sizes():
         matmul_v3(A, cuda.to_device(B))
 
 
-def test_matmul_v4_matches_numpy_at_odd_sizes():
-    """Several tiles along K (K = 17, 20: three buffers' turns, the last tile partly zero) and partial row and
-    column tiles."""
+@pytest.mark.parametrize("version", ["v4", "v5"])
+def test_matmul_v4_v5_match_numpy_at_odd_sizes(version):
+    """Several tiles along K (K = 17, 20: both shared buffers in turn, the last tile partly zero), partial row and
+    column tiles (v5: rows and columns in both halves of its quadrants, 68 and 70 > HALF_M)."""
     from numba import cuda
-    from course.perf import matmul_v4
+    from course import perf
+    matmul = getattr(perf, f"matmul_{version}")
     rng = np.random.default_rng(1)
-    for M, K, N in [(1, 1, 1), (129, 17, 3), (5, 20, 130)]:
+    for M, K, N in [(1, 1, 1), (129, 17, 3), (5, 20, 130), (68, 9, 70)]:
         A, B = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
-        np.testing.assert_allclose(matmul_v4(cuda.to_device(A), cuda.to_device(B)).copy_to_host(), A @ B,
+        np.testing.assert_allclose(matmul(cuda.to_device(A), cuda.to_device(B)).copy_to_host(), A @ B,
                                    rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="shape"):
-        matmul_v4(cuda.to_device(A), cuda.to_device(A))
+        matmul(cuda.to_device(A), cuda.to_device(A))
 
 
 @pytest.mark.parametrize("B,C", [(1, 10), (37, 10), (300, 3)])

@@ -20,6 +20,7 @@ SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 08, as lau
     "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
     "course.perf:matmul_v3_kernel": [f"{_M2}, {_M2}, {_M2}", f"{_A2}, {_A2}, {_A2}"],
     "course.perf:matmul_v4_kernel": [f"{_M2}, {_M2}, {_M2}"],
+    "course.perf:matmul_v5_kernel": [f"{_M2}, {_M2}, {_M2}"],
     "course.graphs:batch_index_kernel": [f"{_I}, {_I}, {_I}"],
     "course.graphs:record_loss_kernel": [f"{_V}, {_I}, {_V}"],
     "course.perf:softmax_xent_grad_kernel": [f"{_M2}, {_I}, {_M2}, {_V}", f"{_M2}, int32[::1], {_M2}, {_V}"],
