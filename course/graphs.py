@@ -37,9 +37,9 @@ def graph_support():
 
 def _device_class():
     try:
-        from cuda.core import Device                # cuda.core >= 0.4
+        from cuda.core import Device                # cuda.core 1.x (numba-cuda 0.30 brings it)
     except ImportError:
-        from cuda.core.experimental import Device   # older cuda.core
+        from cuda.core.experimental import Device   # cuda.core before 1.0
     return Device
 
 
