@@ -37,9 +37,9 @@ def graph_support():
 
 def _device_class():
     try:
-        from cuda.core import Device                # cuda.core 1.x (numba-cuda 0.30 brings it)
+        from cuda.core import Device                # cuda.core as numba-cuda 0.30 installs it
     except ImportError:
-        from cuda.core.experimental import Device   # cuda.core before 1.0
+        from cuda.core.experimental import Device   # older cuda.core releases
     return Device
 
 
