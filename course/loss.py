@@ -100,7 +100,10 @@ def div_kernel(a, d):
 
 # Exercise 3.3: the mean on the device
 def batch_mean(x, out=None, stream=0):
-    """Mean of a float32 device vector x (n,), n >= 1, into out, a (1,) float32 device array; returns out."""
+    """Mean of a float32 device vector x (n,), n >= 1, into out, a (1,) float32 device array; returns out.
+
+    Launch on `stream` (kernel[grid, block, stream]): 0 is the default stream; notebook 08 records the launches
+    into a CUDA graph."""
     require("x", x, np.float32, ndim=1)
     if x.shape[0] == 0:
         raise ValueError("x is empty: the mean of no numbers is undefined")
