@@ -132,13 +132,47 @@ def student_notebook(nb, name):
     return nb
 
 
+USE_MINE = ("course.use_mine();  # your passing solutions from the earlier notebooks run in place of the course's "
+            "(course/mine.py)")
+MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
+    "06_train.ipynb": (
+        "## Your kernels, your network\n\n"
+        "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-05 in place of the "
+        "course's. Now that your `train_step` and `evaluate` passed too, the course's own loop (`course.train.fit`, "
+        "what `python -m course train --mine` runs) trains the network on your code wherever it passed its check: "
+        "the table says which pieces are yours, and why a piece is not (never checked, edited after passing, check "
+        "failed).",
+        "course.use_mine();  # again: your train_step and evaluate from this notebook count now\n"
+        "from course.train import fit as course_fit  # the course's loop, which calls course.train.train_step\n\n"
+        "mine_run = course_fit(X_train, y_train, X_test, y_test, lr=0.1, optimizer=\"sgd\", "
+        "log_every=course.pick(50, 1),\n"
+        "                      progress=False, **setup)\n"
+        "print(f\"test accuracy on your kernels: {mine_run['epoch'][-1]['test_acc']:.4f} \"\n"
+        "      f\"(the SGD run above: {sgd_run['epoch'][-1]['test_acc']:.4f})\")"),
+}
+
+
+def add_mine_cells(nb, name):
+    """Student copies of 03-08 call course.use_mine() in their first cell; 06's ends with the payoff cells."""
+    if name[:2] >= "03":
+        first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+        first["source"] = source(first).rstrip("\n") + "\n" + USE_MINE
+    if name in MINE_PAYOFF:
+        md, code = MINE_PAYOFF[name]
+        nb["cells"] += [dict(cell_type="markdown", id="mine-md", metadata={}, source=md),
+                        dict(cell_type="code", id="mine-run", metadata={}, source=code, outputs=[],
+                             execution_count=None)]
+    return nb
+
+
 def make_exercises(check=False):
     """Write notebooks/exercises/*.ipynb; return the files that changed (or would)."""
     stale, wanted = [], set()
     for nb_path in solution_notebooks():
         out = EXERCISES / nb_path.name
         wanted.add(out.name)
-        _write_or_check(out, dumps(student_notebook(read(nb_path), nb_path.name)), check, stale)
+        nb = add_mine_cells(student_notebook(read(nb_path), nb_path.name), nb_path.name)
+        _write_or_check(out, dumps(nb), check, stale)
     for path in EXERCISES.glob("*.ipynb"):
         if path.name not in wanted:
             stale.append(path.relative_to(ROOT))
