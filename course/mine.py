@@ -477,6 +477,8 @@ def use_mine(keys=None, quiet=False, label="course.use_mine()"):
     where. Call again after passing more checks (no restart needed). Returns status()."""
     use_course()
     st = status(keys)
+    _LAST.clear()
+    _LAST.update(st)
     for key, (fn, _) in st.items():
         if fn is not None:
             module, attr = _target(key)
@@ -495,6 +497,19 @@ def use_mine(keys=None, quiet=False, label="course.use_mine()"):
                 lines.append(f"  always the course's: {ALWAYS_COURSE}")
             print("\n".join(lines))
     return st
+
+
+_LAST = {}  # the status() of the last use_mine(), for report()
+
+
+def report(keys=None):
+    """Print whose code the last use_mine() put in place, for `keys` (default: every piece); return those lines."""
+    if not _LAST:
+        lines = ["course.use_mine() was not called in this process: the course's own kernels ran everywhere"]
+    else:
+        lines = table({k: _LAST[k] for k in (keys or _LAST) if k in _LAST})
+    print("\n".join(lines))
+    return lines
 
 
 def installed():

@@ -138,17 +138,14 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
     "06_train.ipynb": (
         "## Your kernels, your network\n\n"
         "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-05 in place of the "
-        "course's. Now that your `train_step` and `evaluate` passed too, the course's own loop (`course.train.fit`, "
-        "what `python -m course train --mine` runs) trains the network on your code wherever it passed its check: "
-        "the table says which pieces are yours, and why a piece is not (never checked, edited after passing, check "
-        "failed).",
-        "course.use_mine();  # again: your train_step and evaluate from this notebook count now\n"
-        "from course.train import fit as course_fit  # the course's loop, which calls course.train.train_step\n\n"
-        "mine_run = course_fit(X_train, y_train, X_test, y_test, lr=0.1, optimizer=\"sgd\", "
-        "log_every=course.pick(50, 1),\n"
-        "                      progress=False, **setup)\n"
-        "print(f\"test accuracy on your kernels: {mine_run['epoch'][-1]['test_acc']:.4f} \"\n"
-        "      f\"(the SGD run above: {sgd_run['epoch'][-1]['test_acc']:.4f})\")"),
+        "course's, and `fit` called your `train_step` and `evaluate`: the network above was trained on your code "
+        "wherever it had passed its check. The table says which pieces were yours, and why a piece was not (never "
+        "checked, edited after passing, check failed). `python -m course train --mine` does the same from the "
+        "command line.",
+        "course.mine.report([\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", "
+        "\"5.1\", \"5.2\"])  # the pieces fit() ran\n"
+        "print(f\"test accuracy of the network you trained: {sgd_run['epoch'][-1]['test_acc']:.4f} (SGD), \"\n"
+        "      f\"{best_run['epoch'][-1]['test_acc']:.4f} (momentum)\")"),
 }
 
 
