@@ -326,9 +326,6 @@ def _after_cell(result):
         print(f"course.mine: could not update {mine_dir()}: {e}", file=sys.stderr)
 
 
-_WATCHED = set()
-
-
 def watch(shell=None):
     """Register the hook in this IPython shell (done on import in a notebook); no-op outside IPython."""
     if shell is None:
@@ -337,10 +334,8 @@ def watch(shell=None):
             shell = get_ipython()
         except ImportError:
             return
-    if shell is None or id(shell) in _WATCHED:
-        return
-    shell.events.register("post_run_cell", _after_cell)
-    _WATCHED.add(id(shell))
+    if shell is not None and _after_cell not in shell.events.callbacks["post_run_cell"]:
+        shell.events.register("post_run_cell", _after_cell)
 
 
 # ---- which solutions stand, and putting them in place ----

@@ -1,0 +1,219 @@
+"""course.mine: a simulated student's passing solutions train the network; edited or failed ones are not used."""
+import json
+import os
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+import course
+from course import mine, nbtools
+from course.checks.core import CheckFailure
+from course.checks.data import check_scale_kernel
+
+STUDENT_NOTEBOOKS = [nbtools.NOTEBOOKS / n for n in ("01_data.ipynb", "02_forward.ipynb", "03_loss.ipynb",
+                                                      "04_grad.ipynb", "05_update.ipynb", "06_train.ipynb")]
+SCALE_CELL = '''import numpy as np
+from numba import cuda
+
+
+# Exercise 1.2: scale uint8 pixels to float32 in [0, 1]
+@cuda.jit
+def scale_kernel(x, out):
+    """One thread per element: out[i] = x[i] / 255."""
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i] / np.float32(255.0)
+'''
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    """A student who did 01-06 (the solutions typed into the exercise cells, each check run): their saved work.
+    About 30 s in the simulator."""
+    d = tmp_path_factory.mktemp("student") / "mine"
+    old = os.environ.get("COURSE_MINE_DIR")
+    os.environ["COURSE_MINE_DIR"] = str(d)
+    try:
+        mine.simulate_student(STUDENT_NOTEBOOKS)
+    finally:
+        os.environ.pop("COURSE_MINE_DIR") if old is None else os.environ.__setitem__("COURSE_MINE_DIR", old)
+    return d
+
+
+@pytest.fixture
+def mine_dir(student, tmp_path, monkeypatch):
+    """A private copy of the student's saved work, as COURSE_MINE_DIR; the course's kernels put back after."""
+    d = tmp_path / "mine"
+    shutil.copytree(student, d)
+    monkeypatch.setenv("COURSE_MINE_DIR", str(d))
+    yield d
+    mine.use_course()
+
+
+def tiny_data():
+    from course.data import load_mnist
+    from course.train import pool
+    X, y, Xt, yt = load_mnist()
+    return pool(X[:32], 4), y[:32], pool(Xt[:32], 4), yt[:32]  # (32, 49): 2 steps of 16
+
+
+def row(out, key):
+    """The 'whose' column of the table's row for exercise `key`."""
+    piece = mine.PIECES[key][0]
+    line = next(l for l in out.splitlines() if l.strip().startswith(f"{key}  {piece}"))
+    return line.split(piece, 1)[1].strip()
+
+
+def whose(st):
+    return {k: why for k, (_, why) in st.items()}
+
+
+def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(mine_dir, capsys):
+    from course.train import fit
+    X, y, Xt, yt = tiny_data()
+    setup = dict(hidden=8, epochs=1, batch_size=16)
+    sgd_run = fit(X, y, Xt, yt, lr=0.5, optimizer="sgd", log_every=1, progress=False, **setup)  # the course's
+    ref = sgd_run["params"].flat.copy_to_host()
+    st = course.use_mine()
+    assert {k for k, why in whose(st).items() if why == "yours"} == {k for k in mine.PIECES if k[0] in "123456"}
+    assert all(why == "never checked" for k, why in whose(st).items() if k[0] in "78")
+    out = capsys.readouterr().out
+    assert "17 of 22 pieces run your code" in out and row(out, "7.1") == "course's: never checked"
+    for key in mine.trainer_keys("sgd"):  # what the course's loop calls is the student's code, from their files
+        module, attr = mine._target(key)
+        fn = getattr(module, attr)
+        assert getattr(fn, "py_func", fn).__code__.co_filename == str(mine_dir / f"ex_{key.replace('.', '_')}.py")
+    mine_run = fit(X, y, Xt, yt, lr=0.5, optimizer="sgd", log_every=1, progress=False, **setup)
+    assert mine_run["loss"] == sgd_run["loss"] and len(mine_run["loss"]) == 2
+    assert np.array_equal(mine_run["params"].flat.copy_to_host(), ref)
+    assert mine_run["epoch"][-1]["test_acc"] == sgd_run["epoch"][-1]["test_acc"]
+    # 06's student copy ends with the report of what ran and the accuracy (its payoff cell, run as a cell)
+    cell = nbtools.source(nbtools.read(nbtools.EXERCISES / "06_train.ipynb")["cells"][-1])
+    mine.run_cell(dict(course=course, sgd_run=sgd_run, best_run=mine_run), cell, "<06 payoff>")
+    out = capsys.readouterr().out
+    assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
+    assert f"test accuracy of the network you trained: {sgd_run['epoch'][-1]['test_acc']:.4f}" in out
+    mine.use_course()
+    module, attr = mine._target("2.3")
+    assert getattr(module, attr).py_func.__code__.co_filename.endswith("forward.py")
+
+
+def test_a_solution_edited_after_passing_or_failing_its_check_is_not_used(tmp_path, monkeypatch):
+    """In a real IPython shell: the hook notices a re-run exercise cell with a new source, and a failed check."""
+    from IPython.core.interactiveshell import InteractiveShell
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    shell = InteractiveShell.instance()
+    try:
+        mine.watch(shell)
+        shell.user_ns["check_scale_kernel"] = check_scale_kernel
+
+        def run(src):
+            return shell.run_cell(src, store_history=True)
+
+        assert run(SCALE_CELL).success and run("check_scale_kernel(scale_kernel)").success
+        assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
+        assert run(SCALE_CELL + "\n").success  # the same cell again: still the one that passed
+        assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
+        assert run(SCALE_CELL.replace("np.float32(255.0)", "np.float32(255)")).success  # edited, not checked
+        assert whose(mine.status(["1.2"])) == {"1.2": "edited after passing"}
+        assert run("check_scale_kernel(scale_kernel)").success  # checked again: used again
+        assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
+        assert run(SCALE_CELL.replace("if i < out.size:", "if i < out.size - 1:")).success
+        result = run("check_scale_kernel(scale_kernel)")
+        assert isinstance(result.error_in_exec, CheckFailure)
+        assert whose(mine.status(["1.2"])) == {"1.2": "check failed"}
+        st = mine.use_mine(["1.2"])
+        assert st["1.2"][0] is None and mine.installed() == {}
+    finally:
+        mine.use_course()
+        InteractiveShell.clear_instance()
+
+
+def test_never_checked_and_dependencies_say_why(mine_dir, capsys):
+    mine.mark_edited("2.2")  # tile_dot's cell changed: the linear kernel that calls it is not used either
+    os.remove(mine_dir / "ex_4_2.json")  # never checked
+    st = whose(mine.status())
+    assert st["2.2"] == "edited after passing"
+    assert st["2.3"] == "uses tile_dot of exercise 2.2: edited after passing"
+    assert st["4.2"] == "never checked" and st["4.1"] == "yours"
+    mine.mark_failed("Exercise 3.2")
+    assert whose(mine.status())["3.3"] == "uses sum_kernel of exercise 3.2: check failed"
+    text = (mine_dir / "ex_5_1.py").read_text()
+    (mine_dir / "ex_5_1.py").write_text(text.replace("lr * g[i]", "lr * g[i] * 2"))  # the saved file tampered
+    assert whose(mine.status(["5.1"]))["5.1"].startswith("cannot load: CaptureError: ex_5_1.py was changed")
+    mine.use_mine()
+    out = capsys.readouterr().out
+    assert row(out, "2.3") == "course's: uses tile_dot of exercise 2.2: edited after passing"
+    assert row(out, "4.2") == "course's: never checked" and row(out, "4.1") == "yours"
+
+
+def test_a_notebook_saved_with_a_different_cell_counts_as_edited(mine_dir):
+    rec = mine.read_record("1.2")
+    nb = nbtools.read(nbtools.EXERCISES / "01_data.ipynb")
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "# Exercise 1.2" in nbtools.source(c))
+    cell["source"] = rec["cell"]  # the student's notebook as it was when the check passed
+    path = mine_dir.parent / "01_data.ipynb"
+    path.write_text(nbtools.dumps(nb))
+    assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
+    cell["source"] = rec["cell"].replace("np.float32(255.0)", "np.float32(255)")
+    path.write_text(nbtools.dumps(nb))
+    assert whose(mine.status(["1.2"])) == {"1.2": "edited after passing"}
+    os.utime(path, (rec["time"] - 10, rec["time"] - 10))  # saved before the pass: the pass is newer
+    assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
+
+
+def test_no_student_work_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "nothing"))
+    st = course.use_mine()
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("course.use_mine(): no passing solutions of yours in")
+    assert all(fn is None and why == "never checked" for fn, why in st.values())
+    mine.report()
+    assert "0 of 22 pieces run your code" in capsys.readouterr().out
+
+
+def test_train_mine_on_the_command_line(mine_dir, monkeypatch, capsys, tmp_path):
+    """`train --mine` with the student's work, then with none (one line, the course's kernels)."""
+    import course.data
+    from course.__main__ import main
+    X, y, Xt, yt = (a[:16] for a in course.data.load_mnist())
+    monkeypatch.setattr(course.data, "load_mnist", lambda root=None: (X, y, Xt, yt))
+    args = ["train", "--mine", "--quick", "--epochs", "1", "--batch-size", "16", "--hidden", "8"]
+    assert main(args + ["--out", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("--mine: 12 of 12 pieces run your code")
+    assert "always the course's: gather of the labels" in out and "test accuracy: " in out
+    assert set(json.loads((tmp_path / "r.json").read_text())["mine"].values()) == {"yours"}
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "none"))
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("--mine: no passing solutions of yours in") and out.count("--mine") == 1
+    assert "pieces run your code" not in out and "test accuracy: " in out
+
+
+def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_path, monkeypatch, capsys):
+    import course.scale
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    check_scale_kernel(course.scale.scale_kernel)  # the course's kernel (tests of the checks do this)
+    ns = {"__name__": "__main__"}
+    src = SCALE_CELL.replace("    i = cuda.grid(1)", "    ### BEGIN SOLUTION\n    i = cuda.grid(1)")
+    mine.run_cell(ns, src, "<a solution notebook's cell>")
+    check_scale_kernel(ns["scale_kernel"])  # a teacher's solution notebook
+    ns = {"__name__": "__main__", "DIVISOR": np.array([255.0], np.float32)}
+    mine.run_cell(ns, SCALE_CELL.replace("np.float32(255.0)", "DIVISOR[0]"), "<a cell>")
+    check_scale_kernel(ns["scale_kernel"])
+    assert "not saved for course.use_mine(): it uses `DIVISOR` (ndarray) from the notebook" in capsys.readouterr().out
+    assert not (tmp_path / "mine").exists()
+
+
+def test_student_copies_call_use_mine_and_06_ends_with_the_payoff():
+    for path in sorted(nbtools.EXERCISES.glob("*.ipynb")):
+        cells = nbtools.read(path)["cells"]
+        first = next(nbtools.source(c) for c in cells if c["cell_type"] == "code")
+        assert ("course.use_mine()" in first) == (path.name >= "03"), path.name
+        assert first.startswith("import course"), path.name
+        assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name == "06_train.ipynb")
+    for path in nbtools.solution_notebooks():  # the solution notebooks are left as they are
+        assert "use_mine" not in json.dumps(nbtools.read(path)["cells"][:3])
