@@ -217,3 +217,20 @@ def test_student_copies_call_use_mine_and_06_ends_with_the_payoff():
         assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name == "06_train.ipynb")
     for path in nbtools.solution_notebooks():  # the solution notebooks are left as they are
         assert "use_mine" not in json.dumps(nbtools.read(path)["cells"][:3])
+
+
+def test_in_a_jupyter_kernel_a_pass_is_saved_and_an_edit_noticed(tmp_path, monkeypatch):
+    """The only test here that starts a kernel: ipykernel's cells, its linecache names and the hook, for real."""
+    import nbformat
+    from nbclient import NotebookClient
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    cells = ["import course\nfrom course.checks.data import check_scale_kernel", SCALE_CELL,
+             "check_scale_kernel(scale_kernel)", "print(course.mine.status(['1.2'])['1.2'][1])",
+             SCALE_CELL.replace("np.float32(255.0)", "np.float32(255)"), "course.use_mine(['1.2'])"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    out = ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]
+    assert "✓ Exercise 1.2 passed" in out[2] and "saved for course.use_mine()" in out[2]
+    assert out[3].strip() == "yours"
+    assert "course's: edited after passing" in out[5]
+    assert "def scale_kernel(x, out):" in (tmp_path / "mine" / "ex_1_2.py").read_text()
