@@ -146,11 +146,31 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "\"5.1\", \"5.2\"])  # the pieces fit() ran\n"
         "print(f\"test accuracy of the network you trained: {sgd_run['epoch'][-1]['test_acc']:.4f} (SGD), \"\n"
         "      f\"{best_run['epoch'][-1]['test_acc']:.4f} (momentum)\")"),
+    "07_landscape.ipynb": (
+        "## Your kernels drew these pictures\n\n"
+        "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-06 in place of the "
+        "course's: the network above was trained by `fit` (your training step, gradients and updates, where they "
+        "passed), every loss on the surfaces came from your forward and loss kernels, and this notebook's own "
+        "cells hold your combine kernel, projection and filter normalization.",
+        "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
+        "\"5.2\", \"6.1\", \"6.2\"]  # what they ran on\n"
+        "course.mine.report(pieces);"),
+    "08_performance.ipynb": (
+        "## Your kernels in the benchmark\n\n"
+        "The plain loop timed above (`fit`, the recipe of the benchmark) ran your passing kernels wherever "
+        "`course.use_mine()` in the first cell found them. Here is its row next to the benchmark's, and whose "
+        "each piece was.",
+        "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
+        "\"6.1\", \"6.2\"]  # what fit() ran\n"
+        "course.mine.report(pieces)\n"
+        "t = f\"{plain_s * 1e3:10.1f} ms\" + (\" (simulator: no GPU time)\" if course.SIMULATOR else \"\")\n"
+        "print(f\"{'your kernels (plain)':22s} {t:>20s}  test acc {plain_acc:.4f}\")"),
 }
 
 
 def add_mine_cells(nb, name):
-    """Student copies of 03-08 call course.use_mine() in their first cell; 06's ends with the payoff cells."""
+    """Student copies of 03-08 call course.use_mine() in their first cell; 06-08 end with what ran on the student's
+    kernels (the payoff)."""
     if name[:2] >= "03":
         first = next(c for c in nb["cells"] if c["cell_type"] == "code")
         first["source"] = source(first).rstrip("\n") + "\n" + USE_MINE

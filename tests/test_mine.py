@@ -95,6 +95,12 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     out = capsys.readouterr().out
     assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
     assert f"test accuracy of the network you trained: {sgd_run['epoch'][-1]['test_acc']:.4f}" in out
+    for name in ("07_landscape.ipynb", "08_performance.ipynb"):  # 07's and 08's last cells, the same way
+        cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
+        mine.run_cell(dict(course=course, plain_s=0.5, plain_acc=0.25), cell, f"<{name} payoff>")
+    out = capsys.readouterr().out
+    assert "12 of 12 pieces run your code" in out and "11 of 11 pieces run your code" in out
+    assert "your kernels (plain)" in out and "test acc 0.2500" in out
     mine.use_course()
     module, attr = mine._target("2.3")
     assert getattr(module, attr).py_func.__code__.co_filename.endswith("forward.py")
@@ -208,13 +214,13 @@ def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_pat
     assert not (tmp_path / "mine").exists()
 
 
-def test_student_copies_call_use_mine_and_06_ends_with_the_payoff():
+def test_student_copies_call_use_mine_and_06_to_08_end_with_the_payoff():
     for path in sorted(nbtools.EXERCISES.glob("*.ipynb")):
         cells = nbtools.read(path)["cells"]
         first = next(nbtools.source(c) for c in cells if c["cell_type"] == "code")
         assert ("course.use_mine()" in first) == (path.name >= "03"), path.name
         assert first.startswith("import course"), path.name
-        assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name == "06_train.ipynb")
+        assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name >= "06"), path.name
     for path in nbtools.solution_notebooks():  # the solution notebooks are left as they are
         assert "use_mine" not in json.dumps(nbtools.read(path)["cells"][:3])
 
