@@ -188,6 +188,9 @@ def capture(fn):
                 visit(value)
             elif _literal(value):
                 consts.append(f"{name} = {value!r}")
+            elif type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():  # np.float32(0.5)
+                header.append("import numpy")
+                consts.append(f"{name} = numpy.{type(value).__name__}({value.item()!r})")
             else:
                 line = _import_line(name, value)
                 if line is None:

@@ -212,6 +212,11 @@ def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_pat
     check_scale_kernel(ns["scale_kernel"])
     assert "not saved for course.use_mine(): it uses `DIVISOR` (ndarray) from the notebook" in capsys.readouterr().out
     assert not (tmp_path / "mine").exists()
+    ns = {"__name__": "__main__", "SCALE": np.float32(1 / 255)}  # a numpy number is written down as one
+    mine.run_cell(ns, SCALE_CELL.replace("x[i] / np.float32(255.0)", "x[i] * SCALE"), "<another cell>")
+    check_scale_kernel(ns["scale_kernel"])
+    assert f"SCALE = numpy.float32({float(np.float32(1 / 255))!r})" in (tmp_path / "mine" / "ex_1_2.py").read_text()
+    assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
 
 
 def test_student_copies_call_use_mine_and_06_to_08_end_with_the_payoff():
@@ -221,6 +226,8 @@ def test_student_copies_call_use_mine_and_06_to_08_end_with_the_payoff():
         assert ("course.use_mine()" in first) == (path.name >= "03"), path.name
         assert first.startswith("import course"), path.name
         assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name >= "06"), path.name
+        again = nbtools.add_mine_cells(nbtools.read(path), path.name)  # applied twice, it changes nothing
+        assert nbtools.dumps(again) == path.read_text(encoding="utf-8")
     for path in nbtools.solution_notebooks():  # the solution notebooks are left as they are
         assert "use_mine" not in json.dumps(nbtools.read(path)["cells"][:3])
 
