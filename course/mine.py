@@ -129,7 +129,8 @@ def _def_names(src):
 
 def _import_line(name, value):
     """`from module import attr as name` for an object some loaded module holds, or None."""
-    for modname in (getattr(value, "__module__", None), "numba", "numba.cuda", "numpy", "math"):
+    own = getattr(_py(value), "__module__", None)  # a GPU dispatcher's own __module__ is numba's: ask its py_func
+    for modname in (own, getattr(value, "__module__", None), "numba", "numba.cuda", "numpy", "math"):
         mod = sys.modules.get(modname) if isinstance(modname, str) else None
         if mod is None or modname.startswith(BUNDLE_PREFIX) or modname == "__main__":
             continue

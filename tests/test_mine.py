@@ -247,3 +247,53 @@ def test_in_a_jupyter_kernel_a_pass_is_saved_and_an_edit_noticed(tmp_path, monke
     assert out[3].strip() == "yours"
     assert "course's: edited after passing" in out[5]
     assert "def scale_kernel(x, out):" in (tmp_path / "mine" / "ex_1_2.py").read_text()
+
+
+COMPILE_SAVED = r'''
+import importlib.util, sys
+import course
+from course import mine, nbtools
+from course.compile import CC, all_signatures
+import numba.cuda.dispatcher as dispatcher
+from numba import cuda, types
+
+
+class NoDevice:  # as course.compile: device functions ask the current device for its compute capability
+    compute_capability = CC
+
+
+dispatcher.get_current_device = NoDevice
+names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
+sigs, n = all_signatures(), 0
+for path in nbtools.solution_notebooks()[:5]:
+    ns = {"__name__": "__main__"}
+    cells = [c for c in nbtools.read(path)["cells"] if c["cell_type"] == "code"]
+    for i, cell in enumerate(cells):
+        src = nbtools.source(cell)
+        if any(d == "export" for d, _ in nbtools.directives(src)):
+            mine.run_cell(ns, nbtools._strip(src), f"<{path.stem} cell {i}>")
+    for key, (_, target) in mine.PIECES.items():
+        if key[0] == path.name[1] and target in sigs:
+            name = target.split(":")[1]
+            text, _ = mine.capture(ns[name])
+            file = f"{sys.argv[1]}/ex_{key.replace('.', '_')}.py"
+            open(file, "w").write(text)
+            spec = importlib.util.spec_from_file_location(f"saved_{n}", file)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            for sig in sigs[target]:
+                cuda.compile_ptx(getattr(module, name).py_func, eval(f"({sig},)", {}, names), cc=CC)
+                n += 1
+print("compiled", n)
+'''
+
+
+def test_saved_kernels_compile_for_a_real_gpu(tmp_path):
+    """What use_mine() loads on a GPU (a real dispatcher's globals, not the simulator's) compiles to sm_90 PTX."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", COMPILE_SAVED, str(tmp_path)], capture_output=True, text=True,
+                       timeout=900, env={**os.environ, "COURSE_DEVICE": "gpu", "NUMBA_ENABLE_CUDASIM": "0"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert int(r.stdout.split("compiled")[1]) >= 20, r.stdout
+    assert "def tile_dot(" in (tmp_path / "ex_2_3.py").read_text()
