@@ -208,20 +208,12 @@ def capture(fn):
 
 
 def _cell_of(py):
-    """The whole notebook cell (IPython keeps it in linecache) that defined py, normalized; None for a file."""
-    filename = py.__code__.co_filename
-    if os.path.exists(filename):
+    """The whole notebook cell that defined py, normalized, or None for a function from a .py file. IPython keeps
+    each cell in linecache with no modification time (a file read from disk has one)."""
+    entry = linecache.cache.get(py.__code__.co_filename)
+    if not entry or len(entry) != 4 or entry[1] is not None:
         return None
-    lines = linecache.getlines(filename)
-    return normalize("".join(lines)) if lines else None
-
-
-def _is_course_code(py):
-    filename = py.__code__.co_filename
-    try:
-        return Path(filename).resolve().is_relative_to(Path(__file__).resolve().parent)
-    except (OSError, ValueError):
-        return False
+    return normalize("".join(entry[2]))
 
 
 # ---- the records ----
@@ -259,15 +251,16 @@ def _calling_check():
 
 
 def record(exercise, solution, check=None, quiet=False):
-    """Save a solution whose check just passed (the checks call this); return the file, or None when it is the
-    course's own code (a reference solution) or cannot be saved (then say why)."""
+    """Save a solution whose check just passed (the checks call this); return the file, or None when it is not a
+    student's notebook cell (the course's code, a solution notebook's cell, a test's file) or cannot be saved (then
+    say why)."""
     key = _key(exercise)
     check = check or _calling_check()
     py = _py(solution)
-    if not isinstance(py, types.FunctionType) or _is_course_code(py):
+    if not isinstance(py, types.FunctionType):
         return None
     cell = _cell_of(py)
-    if cell is not None and BEGIN in cell:
+    if cell is None or BEGIN in cell:  # not typed in a notebook cell (tests, scripts), or the course's solution
         return None
     try:
         text, functions = capture(solution)

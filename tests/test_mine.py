@@ -2,10 +2,10 @@
 import json
 import os
 import shutil
-import time
 
 import numpy as np
 import pytest
+from numba import cuda
 
 import course
 from course import mine, nbtools
@@ -26,6 +26,14 @@ def scale_kernel(x, out):
     if i < out.size:
         out[i] = x[i] / np.float32(255.0)
 '''
+
+
+@cuda.jit
+def scale_in_a_file(x, out):
+    """A correct scale kernel, but in a .py file (a test's), not a student's notebook cell."""
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i] / np.float32(255.0)
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +211,7 @@ def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_pat
     import course.scale
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     check_scale_kernel(course.scale.scale_kernel)  # the course's kernel (tests of the checks do this)
+    check_scale_kernel(scale_in_a_file)  # a kernel from a .py file
     ns = {"__name__": "__main__"}
     src = SCALE_CELL.replace("    i = cuda.grid(1)", "    ### BEGIN SOLUTION\n    i = cuda.grid(1)")
     mine.run_cell(ns, src, "<a solution notebook's cell>")
