@@ -54,6 +54,11 @@ BEGIN = "### BEGIN SOLUTION"  # a cell with it is the course's reference solutio
 BUNDLE_PREFIX = "course_mine_"
 
 
+def disabled():
+    """COURSE_MINE_DIR=off: nothing is saved or used (e.g. while a teacher autogrades submissions)."""
+    return os.environ.get("COURSE_MINE_DIR", "").lower() == "off"
+
+
 def mine_dir():
     """Where passing solutions are saved: $COURSE_MINE_DIR, else notebooks/exercises/mine (next to the student
     notebooks) in a checkout of the course, else ~/.course/mine."""
@@ -225,6 +230,8 @@ def _paths(key):
 
 def read_record(key):
     """The JSON record of exercise `key` ("2.3"), or None."""
+    if disabled():
+        return None
     path = _paths(key)[1]
     try:
         return json.loads(path.read_text())
@@ -257,7 +264,7 @@ def record(exercise, solution, check=None, quiet=False):
     key = _key(exercise)
     check = check or _calling_check()
     py = _py(solution)
-    if not isinstance(py, types.FunctionType):
+    if disabled() or not isinstance(py, types.FunctionType):
         return None
     cell = _cell_of(py)
     if cell is None or BEGIN in cell:  # not typed in a notebook cell (tests, scripts), or the course's solution
@@ -272,7 +279,7 @@ def record(exercise, solution, check=None, quiet=False):
     text = (f"# {exercise}: your solution, saved by course.mine when {check or 'its check'} passed ({stamp}).\n"
             "# course.use_mine() and `python -m course train --mine` run it. Edit the notebook, not this file.\n"
             + text)
-    module, meta = _paths(key)
+    module = _paths(key)[0]
     d = mine_dir()
     _write(module, text)
     if not (d / "__init__.py").exists():
@@ -285,6 +292,8 @@ def record(exercise, solution, check=None, quiet=False):
 
 
 def _mark(key, status):
+    if disabled():
+        return
     rec = read_record(key) or dict(exercise=key, functions={}, time=time.time())
     if rec.get("status") != status:
         rec["status"] = status
@@ -479,7 +488,9 @@ def use_mine(keys=None, quiet=False, label="course.use_mine()"):
             _swap(_ORIGINALS[key], fn)
     if not quiet:
         d = mine_dir()
-        if not any(read_record(k) for k in PIECES):
+        if disabled():
+            print(f"{label}: COURSE_MINE_DIR=off: the course's kernels run everywhere")
+        elif not any(read_record(k) for k in PIECES):
             print(f"{label}: no passing solutions of yours in {d} yet: the course's kernels run everywhere "
                   "(each check that passes in the student notebooks saves yours there)")
         else:

@@ -179,6 +179,7 @@ def test_a_notebook_saved_with_a_different_cell_counts_as_edited(mine_dir):
 
 
 def test_no_student_work_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    import course.scale
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "nothing"))
     st = course.use_mine()
     out = capsys.readouterr().out.strip().splitlines()
@@ -186,6 +187,14 @@ def test_no_student_work_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     assert all(fn is None and why == "never checked" for fn, why in st.values())
     mine.report()
     assert "0 of 22 pieces run your code" in capsys.readouterr().out
+    monkeypatch.setenv("COURSE_MINE_DIR", "off")  # nothing saved, nothing used
+    check_scale_kernel(course.scale.scale_kernel)
+    assert mine.run_cell(ns := {"__name__": "__main__"}, SCALE_CELL, "<cell>") is None
+    check_scale_kernel(ns["scale_kernel"])
+    assert not os.path.exists("off") and not (tmp_path / "nothing").exists()
+    course.use_mine()
+    assert capsys.readouterr().out.endswith("course.use_mine(): COURSE_MINE_DIR=off: the course's kernels run "
+                                            "everywhere\n")
 
 
 def test_train_mine_on_the_command_line(mine_dir, monkeypatch, capsys, tmp_path):
