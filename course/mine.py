@@ -529,14 +529,17 @@ def run_cell(ns, src, name):
     exec(compile(src, name, "exec"), ns)
 
 
-def simulate_student(notebooks=None, keys=None, solution=None):
-    """Do the exercises of the given notebooks as a student would: in one namespace per notebook, run the
-    notebook's exported cells with the solutions pasted in, and the check cell after each exercise of `keys`
-    (default: all). `solution(key, src)` may change a solution first. Returns {notebook name: namespace}."""
+def simulate_student(notebooks=None):
+    """Do the exercises of the given notebooks (default: all) as a student would: in one namespace per notebook,
+    run the notebook's exported cells with the solutions typed in, and the check cell after each exercise cell.
+    Returns {notebook name: namespace}."""
+    import pkgutil
+
+    import course.checks
     from course import nbtools
     checks = {}
-    for m in ("data", "forward", "loss", "grad", "update", "train", "landscape", "perf"):
-        mod = importlib.import_module(f"course.checks.{m}")
+    for m in pkgutil.iter_modules(course.checks.__path__):
+        mod = importlib.import_module(f"course.checks.{m.name}")
         checks.update({k: v for k, v in vars(mod).items() if k.startswith("check_")})
     out = {}
     for path in notebooks or nbtools.solution_notebooks():
@@ -545,15 +548,11 @@ def simulate_student(notebooks=None, keys=None, solution=None):
         ns = {"__name__": "__main__", **checks}
         for i, cell in enumerate(cells):
             src = nbtools.source(cell)
-            if not any(name == "export" for name, _ in nbtools.directives(src)):
+            if nbtools.BEGIN not in src and not any(d == "export" for d, _ in nbtools.directives(src)):
                 continue
             code = nbtools._strip(src)  # the student's cell, their solution typed in (no markers)
-            m = MARKER_RE.search(src)
-            key = m.group(1) if m and nbtools.BEGIN in src else None
-            if key and solution is not None:
-                code = solution(key, code)
             run_cell(ns, code, f"<{path.stem} cell {i}>")
-            if key and (keys is None or key in keys):
+            if nbtools.BEGIN in src:  # an exercise: its check is the next cell
                 run_cell(ns, nbtools.source(cells[i + 1]), f"<{path.stem} cell {i + 1}>")
         out[path.name] = ns
     return out
