@@ -315,3 +315,18 @@ def test_saved_kernels_compile_for_a_real_gpu(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert int(r.stdout.split("compiled")[1]) >= 20, r.stdout
     assert "def tile_dot(" in (tmp_path / "ex_2_3.py").read_text()
+
+
+def test_only_a_solution_with_the_course_s_signature_replaces_it(tmp_path, monkeypatch):
+    from course.checks.landscape import check_project_to_plane
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    cells = nbtools.read(nbtools.NOTEBOOKS / "07_landscape.ipynb")["cells"]
+    cell = nbtools._strip(next(nbtools.source(c) for c in cells
+                               if c["cell_type"] == "code" and "# Exercise 7.2" in nbtools.source(c)))
+    ns = {"__name__": "__main__", "np": np}  # the notebook imported numpy in an earlier cell
+    mine.run_cell(ns, cell.replace("theta_n, d1, d2):", "theta_n, d1, d2, unused=None):"), "<07 cell>")
+    check_project_to_plane(ns["project_to_plane"])  # it passes, with one parameter more than the course's
+    assert whose(mine.status(["7.2"])) == {"7.2": "its signature differs from the course's"}
+    mine.run_cell(ns, cell, "<07 cell, fixed>")
+    check_project_to_plane(ns["project_to_plane"])
+    assert whose(mine.status(["7.2"])) == {"7.2": "yours"}
