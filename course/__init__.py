@@ -23,3 +23,9 @@ def info():
     d = describe(SIMULATOR)
     print(info_line(d))
     return d
+
+
+def use_mine(*args, **kwargs):
+    """Run your passing exercise solutions in place of the course's kernels; print whose code runs where."""
+    from .mine import use_mine
+    return use_mine(*args, **kwargs)

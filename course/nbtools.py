@@ -132,13 +132,64 @@ def student_notebook(nb, name):
     return nb
 
 
+USE_MINE = ("course.use_mine();  # your passing solutions from the earlier notebooks run in place of the course's "
+            "(course/mine.py)")
+MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
+    "06_train.ipynb": (
+        "## Your kernels, your network\n\n"
+        "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-05 in place of the "
+        "course's, and `fit` called your `train_step` and `evaluate`: the network above was trained on your code "
+        "wherever it had passed its check. The table says which pieces were yours, and why a piece was not (never "
+        "checked, edited after passing, check failed). `python -m course train --mine` does the same from the "
+        "command line.",
+        "course.mine.report([\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", "
+        "\"5.1\", \"5.2\"])  # the pieces fit() ran\n"
+        "print(f\"test accuracy of the network you trained: {sgd_run['epoch'][-1]['test_acc']:.4f} (SGD), \"\n"
+        "      f\"{best_run['epoch'][-1]['test_acc']:.4f} (momentum)\")"),
+    "07_landscape.ipynb": (
+        "## Your kernels drew these pictures\n\n"
+        "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-06 in place of the "
+        "course's: the network above was trained by `fit` (your training step, gradients and updates, where they "
+        "passed), every loss on the surfaces came from your forward and loss kernels, and this notebook's own "
+        "cells hold your combine kernel, projection and filter normalization.",
+        "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
+        "\"5.2\", \"6.1\", \"6.2\"]  # what they ran on\n"
+        "course.mine.report(pieces);"),
+    "08_performance.ipynb": (
+        "## Your kernels in the benchmark\n\n"
+        "The plain loop timed above (`fit`, the recipe of the benchmark) ran your passing kernels wherever "
+        "`course.use_mine()` in the first cell found them. Here is its row next to the benchmark's, and whose "
+        "each piece was.",
+        "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
+        "\"6.1\", \"6.2\"]  # what fit() ran\n"
+        "course.mine.report(pieces)\n"
+        "t = f\"{plain_s * 1e3:10.1f} ms\" + (\" (simulator: no GPU time)\" if course.SIMULATOR else \"\")\n"
+        "print(f\"{'your kernels (plain)':22s} {t:>20s}  test acc {plain_acc:.4f}\")"),
+}
+
+
+def add_mine_cells(nb, name):
+    """Student copies of 03-08 call course.use_mine() in their first cell; 06-08 end with what ran on the student's
+    kernels (the payoff)."""
+    first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    if name[:2] >= "03" and USE_MINE not in source(first):  # idempotent: also for nbgrader's released copies
+        first["source"] = source(first).rstrip("\n") + "\n" + USE_MINE
+    if name in MINE_PAYOFF and not any(c.get("id") == "mine-run" for c in nb["cells"]):
+        md, code = MINE_PAYOFF[name]
+        nb["cells"] += [dict(cell_type="markdown", id="mine-md", metadata={}, source=md),
+                        dict(cell_type="code", id="mine-run", metadata={}, source=code, outputs=[],
+                             execution_count=None)]
+    return nb
+
+
 def make_exercises(check=False):
     """Write notebooks/exercises/*.ipynb; return the files that changed (or would)."""
     stale, wanted = [], set()
     for nb_path in solution_notebooks():
         out = EXERCISES / nb_path.name
         wanted.add(out.name)
-        _write_or_check(out, dumps(student_notebook(read(nb_path), nb_path.name)), check, stale)
+        nb = add_mine_cells(student_notebook(read(nb_path), nb_path.name), nb_path.name)
+        _write_or_check(out, dumps(nb), check, stale)
     for path in EXERCISES.glob("*.ipynb"):
         if path.name not in wanted:
             stale.append(path.relative_to(ROOT))

@@ -4,7 +4,7 @@ from math import prod
 import numpy as np
 
 import course
-from course.checks.core import fail, raise_if_unimplemented, run_cases
+from course.checks.core import fail, passed, raise_if_unimplemented, run_cases
 from course.util import cdiv
 
 _C1 = "float32[::1]"
@@ -82,7 +82,7 @@ def check_project_to_plane(project_to_plane, seed=0):
                 what = " (a and b are swapped)"
             fail(ex, case, f"snapshot {i}, coordinate {'ab'[j]}: expected {want[i, j]:.6g}, got {got[i, j]:.6g}"
                  f"{what} ({wrong.sum()} of {wrong.size} wrong)", hint)
-    print(f"✓ {ex} passed: 3 random cases (non-unit, non-orthogonal and orthogonal directions)")
+    passed(ex, project_to_plane, f"3 random cases (non-unit, non-orthogonal and orthogonal directions)")
 
 
 def _layout(shapes, align):
@@ -172,4 +172,4 @@ def check_filter_normalize(filter_normalize, seed=0):
         if pad.any() and np.any(got[pad] != 0):
             fail(ex, case, f"the padding between tensors (e.g. index {int(np.argmax(pad & (got != 0)))}) must stay 0",
                  hint)
-    print(f"✓ {ex} passed: 3 random layouts (columns of different norms; biases zeroed and kept)")
+    passed(ex, filter_normalize, f"3 random layouts (columns of different norms; biases zeroed and kept)")

@@ -3,7 +3,7 @@ import numpy as np
 from numba import cuda
 
 import course
-from course.checks.core import fail, raise_if_unimplemented
+from course.checks.core import fail, passed, raise_if_unimplemented
 from course.grad import mlp_grads_ref, mlp_loss_ref
 
 SIGNATURES = {}  # notebook 06 composes earlier kernels and defines none of its own
@@ -60,7 +60,7 @@ def check_train_step(train_step, seed=0):
                 i = tuple(int(k) for k in np.argwhere(~np.isclose(got[name], want, rtol=1e-4, atol=1e-6))[0])
                 fail(ex, case, f"{name}{list(i)}: expected {want[i]:.6f} after the step, got {got[name][i]:.6f}",
                      "forward -> cross_entropy -> mlp_backward(Xb, yb, H, probs, W2, grads) -> opt.step(grads)")
-    print(f"✓ {ex} passed: 2 random problems, loss and every parameter match the NumPy twin")
+    passed(ex, train_step, "2 random problems, loss and every parameter match the NumPy twin")
 
 
 def check_evaluate(evaluate, seed=0):
@@ -90,4 +90,4 @@ def check_evaluate(evaluate, seed=0):
                  "accuracy is count_correct / N, a fraction in [0, 1]")
         if not np.isclose(loss, want_loss, rtol=1e-5, atol=1e-6):
             fail(ex, case, f"loss: expected {want_loss:.6f}, got {loss:.6f}", "the mean cross-entropy over all N")
-    print(f"✓ {ex} passed: 2 random problems, loss and accuracy match the NumPy twin")
+    passed(ex, evaluate, "2 random problems, loss and accuracy match the NumPy twin")

@@ -12,7 +12,7 @@ import numpy as np
 from numba import cuda
 
 import course
-from course.checks.core import (GUARD_FLOAT, check_guards, compare, fail, guarded_input, launch,
+from course.checks.core import (GUARD_FLOAT, check_guards, compare, fail, guarded_input, launch, passed,
                                 raise_if_unimplemented)
 from course.update import adam_ref, momentum_ref, sgd_ref
 from course.util import cdiv
@@ -80,8 +80,8 @@ def run_inplace_steps(exercise, kernel, cases, hint, atol=ATOL, rtol=RTOL):
                 compare(exercise, where, got, e, atol, rtol, hint)
             before = list(expected)
     shapes = sorted({str(c["block"]) for c in cases})
-    print(f"✓ {exercise} passed: {len(cases)} random cases x {len(cases[0]['steps'])} steps, "
-          f"blocks {', '.join(shapes)}")
+    passed(exercise, kernel, f"{len(cases)} random cases x {len(cases[0]['steps'])} steps, "
+           f"blocks {', '.join(shapes)}")
 
 
 def _shapes():

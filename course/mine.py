@@ -1,0 +1,561 @@
+"""Your kernels, your network: the student's passing solutions, saved by the checks and used by the course.
+
+When an exercise's check passes, `record` saves the solution with the helper functions and constants it uses from
+the notebook as `mine/ex_N_M.py` (next to the student notebooks; `COURSE_MINE_DIR` moves it) and a JSON record:
+which check, when, the SHA-256 of each function's source and the exercise cell. `use_mine()` puts every solution
+that still stands in place of the course's own (the module attributes the course's launchers read at each call)
+and prints whose code runs where; `use_course()` puts the course's back. A solution edited after passing (the cell
+re-run, or the notebook saved, with a different source) or whose check failed since is not used."""
+import ast
+import dis
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import json
+import linecache
+import os
+import re
+import sys
+import textwrap
+import time
+import types
+from datetime import datetime, timezone
+from pathlib import Path
+
+PIECES = {  # exercise -> (piece, the course's object it replaces); only a same-signature solution replaces it
+    "1.1": ("IDX header parser", "course.data:parse_idx_header"),
+    "1.2": ("scale (uint8 -> float32)", "course.scale:scale_kernel"),
+    "1.3": ("gather (minibatch rows)", "course.gather:gather_kernel"),
+    "2.1": ("matmul v1 (naive)", "course.forward:matmul_v1_kernel"),
+    "2.2": ("matmul v2 (tiled)", "course.forward:matmul_v2_kernel"),
+    "2.3": ("linear layer (tiles + bias + ReLU)", "course.forward:linear_kernel"),
+    "3.1": ("softmax + cross-entropy", "course.loss:softmax_xent_kernel"),
+    "3.2": ("reduction (block sum)", "course.loss:sum_kernel"),
+    "3.3": ("batch mean", "course.loss:batch_mean"),
+    "4.1": ("gradient of the logits dZ2", "course.grad:dlogits_kernel"),
+    "4.2": ("weight gradients dW = A^T dZ", "course.grad:matmul_tn_kernel"),
+    "4.3": ("hidden gradient (ReLU mask)", "course.grad:dhidden_kernel"),
+    "5.1": ("SGD update", "course.update:sgd_kernel"),
+    "5.2": ("momentum update", "course.update:momentum_kernel"),
+    "5.3": ("Adam update", "course.update:adam_kernel"),
+    "6.1": ("training step", "course.train:train_step"),
+    "6.2": ("evaluation", "course.train:evaluate"),
+    "7.1": ("combine (landscape)", "course.landscape:combine_kernel"),
+    "7.2": ("projection onto the plane", "course.landscape:project_to_plane"),
+    "7.3": ("filter normalization", "course.landscape:filter_normalize"),
+    "8.1": ("matmul v3 (register-blocked)", "course.perf:matmul_v3_kernel"),
+    "8.2": ("grid-stride SGD", "course.perf:sgd_gridstride_kernel"),
+}
+UPDATE = {"sgd": "5.1", "momentum": "5.2", "adam": "5.3"}
+ALWAYS_COURSE = "gather of the labels, column sums (db), count_correct, zero and divide"  # no exercise for these
+MARKER_RE = re.compile(r"^\s*#\s*Exercise (\d+\.\d+)\b", re.M)
+BEGIN = "### BEGIN SOLUTION"  # a cell with it is the course's reference solution, never the student's
+BUNDLE_PREFIX = "course_mine_"
+
+
+def disabled():
+    """COURSE_MINE_DIR=off: nothing is saved or used (e.g. while a teacher autogrades submissions)."""
+    return os.environ.get("COURSE_MINE_DIR", "").lower() == "off"
+
+
+def mine_dir():
+    """Where passing solutions are saved: $COURSE_MINE_DIR, else notebooks/exercises/mine (next to the student
+    notebooks) in a checkout of the course, else ~/.course/mine."""
+    if os.environ.get("COURSE_MINE_DIR"):
+        return Path(os.environ["COURSE_MINE_DIR"])
+    from course.nbtools import EXERCISES
+    return EXERCISES / "mine" if EXERCISES.is_dir() else Path.home() / ".course" / "mine"
+
+
+def trainer_keys(optimizer="sgd"):
+    """The exercises whose solutions `python -m course train` runs (its update kernel is the optimizer's)."""
+    return ["1.1", "1.3", "2.3", "3.1", "3.2", "3.3", "4.1", "4.2", "4.3", UPDATE[optimizer], "6.1", "6.2"]
+
+
+def _key(exercise):
+    m = re.search(r"(\d+\.\d+)", str(exercise))
+    if not m:
+        raise ValueError(f"not an exercise number: {exercise!r}")
+    return m.group(1)
+
+
+def _stem(key):
+    return "ex_" + key.replace(".", "_")
+
+
+def _sha(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def normalize(src):
+    """Source text compared for edits: trailing spaces and blank lines at either end do not count."""
+    return "\n".join(line.rstrip() for line in src.splitlines()).strip("\n") + "\n"
+
+
+def _transform(src):
+    """A notebook cell as IPython compiles it (what linecache holds), for comparing a saved cell with a run one."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+        return TransformerManager().transform_cell(src)
+    except Exception:  # no IPython, or a cell it cannot parse: compare the raw text
+        return src
+
+
+# ---- capturing a solution: its source, and the notebook's functions and constants it uses ----
+
+class CaptureError(ValueError):
+    """A solution uses something from the notebook that cannot be written into a file."""
+
+
+def _py(fn):
+    return getattr(fn, "py_func", fn)
+
+
+def _globals_read(code):
+    """Global names the code (and code nested in it) reads."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _globals_read(c)
+    return names
+
+
+def _source(py):
+    return textwrap.dedent(inspect.getsource(py))
+
+
+def _def_names(src):
+    """Global names the def statement itself evaluates: decorators and default values."""
+    node = ast.parse(src).body[0]
+    exprs = list(node.decorator_list) + list(node.args.defaults) + [d for d in node.args.kw_defaults if d]
+    return {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
+
+
+def _import_line(name, value):
+    """`from module import attr as name` for an object some loaded module holds, or None."""
+    own = getattr(_py(value), "__module__", None)  # a GPU dispatcher's own __module__ is numba's: ask its py_func
+    for modname in (own, getattr(value, "__module__", None), "numba", "numba.cuda", "numpy", "math"):
+        mod = sys.modules.get(modname) if isinstance(modname, str) else None
+        if mod is None or modname.startswith(BUNDLE_PREFIX) or modname == "__main__":
+            continue
+        if getattr(mod, name, None) is value:
+            return f"from {modname} import {name}"
+        for attr, v in list(vars(mod).items()):
+            if v is value and not attr.startswith("_"):
+                return f"from {modname} import {attr} as {name}"
+    return None
+
+
+def _literal(value):
+    try:
+        return ast.literal_eval(repr(value)) == value and type(ast.literal_eval(repr(value))) is type(value)
+    except Exception:
+        return False
+
+
+def _exercise_of(py):
+    """The exercise whose cell (the nearest `# Exercise N.M` above the def) holds this function, or None."""
+    lines = linecache.getlines(py.__code__.co_filename)
+    first = py.__code__.co_firstlineno
+    for line in reversed(lines[:first]):
+        m = MARKER_RE.match(line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def capture(fn):
+    """(module source, {function name: (sha256, exercise)}): fn and every notebook function it calls, as source,
+    after the imports and constants they read. Raises CaptureError for a global it cannot write down."""
+    root = _py(fn)
+    home = root.__globals__
+    header, consts, funcs, seen = [], [], [], set()
+
+    def visit(obj):
+        py = _py(obj)
+        if py.__code__ in seen:
+            return
+        seen.add(py.__code__)
+        src = _source(py)
+        for name in sorted(_globals_read(py.__code__) | _def_names(src)):
+            if name not in py.__globals__:
+                continue  # a builtin, or not defined (the check would have failed)
+            value = py.__globals__[name]
+            inner = _py(value)
+            if isinstance(value, types.ModuleType):
+                line = f"import {value.__name__}" + ("" if value.__name__ == name else f" as {name}")
+                header.append(line)
+            elif isinstance(inner, types.FunctionType) and (
+                    inner.__globals__ is home or inner.__module__ == "__main__"
+                    or str(inner.__module__).startswith(BUNDLE_PREFIX)):
+                if inner.__name__ != name:
+                    raise CaptureError(f"`{name}` is another name for `{inner.__name__}`: call it by its own name")
+                visit(value)
+            elif _literal(value):
+                consts.append(f"{name} = {value!r}")
+            elif type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():  # np.float32(0.5)
+                header.append("import numpy")
+                consts.append(f"{name} = numpy.{type(value).__name__}({value.item()!r})")
+            else:
+                line = _import_line(name, value)
+                if line is None:
+                    raise CaptureError(f"it uses `{name}` ({type(value).__name__}) from the notebook, which cannot "
+                                       "be saved: define it inside the function, or as a number")
+                header.append(line)
+        funcs.append((py.__name__, src, _exercise_of(py)))
+
+    visit(fn)
+    text = "\n".join(sorted(set(header), key=lambda s: (s.startswith("from"), s)))
+    text += "\n\n" + "\n".join(dict.fromkeys(consts)) + "\n\n\n" if consts else "\n\n\n"
+    text += "\n\n".join(src.rstrip() + "\n" for _, src, _ in funcs)
+    return text, {name: dict(sha256=_sha(normalize(src)), exercise=ex) for name, src, ex in funcs}
+
+
+def _cell_of(py):
+    """The whole notebook cell that defined py, normalized, or None for a function from a .py file. IPython keeps
+    each cell in linecache with no modification time (a file read from disk has one)."""
+    entry = linecache.cache.get(py.__code__.co_filename)
+    if not entry or len(entry) != 4 or entry[1] is not None:
+        return None
+    return normalize("".join(entry[2]))
+
+
+# ---- the records ----
+
+def _paths(key):
+    d = mine_dir()
+    return d / f"{_stem(key)}.py", d / f"{_stem(key)}.json"
+
+
+def read_record(key):
+    """The JSON record of exercise `key` ("2.3"), or None."""
+    if disabled():
+        return None
+    path = _paths(key)[1]
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # atomic: another notebook's kernel never reads half a file
+
+
+def _write_record(key, rec):
+    _write(_paths(key)[1], json.dumps(rec, indent=1) + "\n")
+
+
+def _calling_check():
+    f = sys._getframe(1)
+    while f is not None and not f.f_code.co_name.startswith("check_"):
+        f = f.f_back
+    return f.f_code.co_name if f is not None else None
+
+
+def record(exercise, solution, check=None, quiet=False):
+    """Save a solution whose check just passed (the checks call this); return the file, or None when it is not a
+    student's notebook cell (the course's code, a solution notebook's cell, a test's file) or cannot be saved (then
+    say why)."""
+    key = _key(exercise)
+    check = check or _calling_check()
+    py = _py(solution)
+    if disabled() or not isinstance(py, types.FunctionType):
+        return None
+    cell = _cell_of(py)
+    if cell is None or BEGIN in cell:  # not typed in a notebook cell (tests, scripts), or the course's solution
+        return None
+    try:
+        text, functions = capture(solution)
+    except (CaptureError, OSError, TypeError, SyntaxError) as e:
+        print(f"  (not saved for course.use_mine(): {e})")
+        return None
+    now = time.time()
+    stamp = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds")
+    text = (f"# {exercise}: your solution, saved by course.mine when {check or 'its check'} passed ({stamp}).\n"
+            "# course.use_mine() and `python -m course train --mine` run it. Edit the notebook, not this file.\n"
+            + text)
+    module = _paths(key)[0]
+    d = mine_dir()
+    _write(module, text)
+    if not (d / "__init__.py").exists():
+        _write(d / "__init__.py", '"""Your passing solutions (course.mine): one module per exercise."""\n')
+    _write_record(key, dict(exercise=key, name=py.__name__, check=check, status="passed", time=now,
+                            passed_at=stamp, sha256=_sha(text), functions=functions, cell=cell))
+    if not quiet:
+        print(f"  saved for course.use_mine(): {module}")
+    return module
+
+
+def _mark(key, status):
+    if disabled():
+        return
+    rec = read_record(key) or dict(exercise=key, functions={}, time=time.time())
+    if rec.get("status") != status:
+        rec["status"] = status
+        _write_record(key, rec)
+
+
+def mark_failed(exercise):
+    """The check of `exercise` failed: its saved solution (if any) is not used until the check passes again."""
+    _mark(_key(exercise), "failed")
+
+
+def mark_edited(exercise):
+    """The solution of `exercise` was changed after it passed: not used until its check passes again."""
+    _mark(_key(exercise), "edited")
+
+
+# ---- noticing edits and failures in a running notebook ----
+
+def _after_cell(result):
+    """IPython's post_run_cell hook: an exercise cell re-run with a new source, or a failed check, is noted."""
+    info = getattr(result, "info", None)
+    raw = getattr(info, "raw_cell", None) or ""
+    if BEGIN in raw:
+        return
+    try:
+        for key in MARKER_RE.findall(raw):
+            rec = read_record(key)
+            if rec and rec.get("status") == "passed" and rec.get("cell") and normalize(_transform(raw)) != rec["cell"]:
+                mark_edited(key)
+        err = getattr(result, "error_in_exec", None)
+        if type(err).__name__ == "CheckFailure":
+            m = re.match(r"\s*Exercise (\d+\.\d+) failed", str(err))
+            if m:
+                mark_failed(m.group(1))
+    except OSError as e:
+        print(f"course.mine: could not update {mine_dir()}: {e}", file=sys.stderr)
+
+
+def watch(shell=None):
+    """Register the hook in this IPython shell (done on import in a notebook); no-op outside IPython."""
+    if shell is None:
+        try:
+            from IPython import get_ipython
+            shell = get_ipython()
+        except ImportError:
+            return
+    if shell is not None and _after_cell not in shell.events.callbacks["post_run_cell"]:
+        shell.events.register("post_run_cell", _after_cell)
+
+
+# ---- which solutions stand, and putting them in place ----
+
+def _student_notebooks(key):
+    return sorted(mine_dir().parent.glob(f"{int(key.split('.')[0]):02d}_*.ipynb"))
+
+
+def _edited_in_file(key, rec):
+    """True if the student's notebook, saved after the pass, holds a different cell for this exercise."""
+    if not rec.get("cell"):
+        return False
+    for path in _student_notebooks(key):
+        if path.stat().st_mtime <= rec.get("time", 0):
+            continue
+        try:
+            cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        except (OSError, ValueError, KeyError):
+            continue
+        for c in cells:
+            src = c.get("source", "")
+            src = "".join(src) if isinstance(src, list) else src
+            if c.get("cell_type") == "code" and key in MARKER_RE.findall(src):
+                return normalize(_transform(src)) != rec["cell"]
+    return False
+
+
+def _load(key, rec):
+    path = _paths(key)[0]
+    text = path.read_text()
+    if _sha(text) != rec.get("sha256"):
+        raise CaptureError(f"{path.name} was changed after the check passed")
+    name = f"{BUNDLE_PREFIX}{_stem(key)}_{rec['sha256'][:12]}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return getattr(sys.modules[name], rec["name"])
+
+
+def _target(key):
+    modname, attr = PIECES[key][1].split(":")
+    return importlib.import_module(modname), attr
+
+
+def _nparams(fn):
+    return len(inspect.signature(_py(fn)).parameters)
+
+
+def _why_not(key, rec, records):
+    """Why a record cannot be used (a short reason), or None."""
+    if rec is None:
+        return "never checked"
+    if rec.get("status") == "failed":
+        return "check failed"
+    if rec.get("status") == "edited" or _edited_in_file(key, rec):
+        return "edited after passing"
+    for fname, info in rec.get("functions", {}).items():
+        dep = info.get("exercise")
+        if dep and dep != key:
+            drec = records.get(dep) if dep in records else read_record(dep)
+            if drec is None or drec.get("status") != "passed" or _edited_in_file(dep, drec):
+                reason = "never checked" if drec is None else _why_not(dep, drec, records)
+                return f"uses {fname} of exercise {dep}: {reason}"
+            if drec.get("functions", {}).get(fname, {}).get("sha256") != info.get("sha256"):
+                return f"{fname} changed since this check passed: run it again"
+    return None
+
+
+def status(keys=None):
+    """{exercise: (solution or None, reason)} for each piece: reason is "yours" or why the course's runs."""
+    keys = list(PIECES) if keys is None else list(keys)
+    records = {k: read_record(k) for k in PIECES}
+    out = {}
+    for key in keys:
+        rec = records[key]
+        why = _why_not(key, rec, records)
+        fn = None
+        if why is None:
+            try:
+                fn = _load(key, rec)
+                module, attr = _target(key)
+                if _nparams(fn) != _nparams(getattr(module, attr) if key not in _INSTALLED
+                                           else _ORIGINALS[key]):
+                    fn, why = None, "its signature differs from the course's"
+            except Exception as e:  # a file that no longer loads: say so, run the course's
+                fn, why = None, f"cannot load: {type(e).__name__}: {e}"
+        out[key] = (fn, why or "yours")
+    return out
+
+
+_ORIGINALS, _INSTALLED = {}, {}
+
+
+def _swap(old, new):
+    """Replace `old` by `new` wherever a course module holds it (attributes, and values of module-level dicts);
+    the checks keep the course's own."""
+    for name, mod in list(sys.modules.items()):
+        if not (name == "course" or name.startswith("course.")) or name.startswith("course.checks") \
+                or name == __name__ or mod is None:
+            continue
+        for attr, val in list(vars(mod).items()):
+            if val is old:
+                setattr(mod, attr, new)
+            elif isinstance(val, dict) and not attr.startswith("__"):
+                for k, v in list(val.items()):
+                    if v is old:
+                        val[k] = new
+
+
+def use_course():
+    """Put the course's own kernels back everywhere use_mine() put the student's."""
+    for key in list(_INSTALLED):
+        _swap(_INSTALLED.pop(key), _ORIGINALS.pop(key))
+
+
+def table(st, where=None):
+    """The lines saying, per piece, whose code runs and why not the student's."""
+    mine = [k for k, (fn, _) in st.items() if fn is not None]
+    lines = [f"{len(mine)} of {len(st)} pieces run your code (saved in {where or mine_dir()}):",
+             f"  {'ex':4s} {'piece':36s} whose"]
+    for key, (fn, why) in st.items():
+        lines.append(f"  {key:4s} {PIECES[key][0]:36s} " + ("yours" if fn is not None else f"course's: {why}"))
+    return lines
+
+
+def use_mine(keys=None, quiet=False, label="course.use_mine()"):
+    """Run the student's passing solutions in place of the course's, wherever they stand; print whose code runs
+    where. Call again after passing more checks (no restart needed). Returns status()."""
+    use_course()
+    st = status(keys)
+    _LAST.clear()
+    _LAST.update(st)
+    for key, (fn, _) in st.items():
+        if fn is not None:
+            module, attr = _target(key)
+            _ORIGINALS[key] = getattr(module, attr)
+            _INSTALLED[key] = fn
+            _swap(_ORIGINALS[key], fn)
+    if not quiet:
+        d = mine_dir()
+        if disabled():
+            print(f"{label}: COURSE_MINE_DIR=off: the course's kernels run everywhere")
+        elif not any(read_record(k) for k in PIECES):
+            print(f"{label}: no passing solutions of yours in {d} yet: the course's kernels run everywhere "
+                  "(each check that passes in the student notebooks saves yours there)")
+        else:
+            lines = table(st, d)
+            lines[0] = f"{label}: {lines[0]}"
+            if keys is not None:
+                lines.append(f"  always the course's: {ALWAYS_COURSE}")
+            print("\n".join(lines))
+    return st
+
+
+_LAST = {}  # the status() of the last use_mine(), for report()
+
+
+def report(keys=None):
+    """Print whose code the last use_mine() put in place, for `keys` (default: every piece); return those lines."""
+    if not _LAST:
+        lines = ["course.use_mine() was not called in this process: the course's own kernels ran everywhere"]
+    else:
+        lines = table({k: _LAST[k] for k in (keys or _LAST) if k in _LAST})
+    print("\n".join(lines))
+    return lines
+
+
+def installed():
+    """{exercise: the student's solution} currently in place."""
+    return dict(_INSTALLED)
+
+
+# ---- a simulated student, for the tests and scripts/mine_gpu.sh ----
+
+def run_cell(ns, src, name):
+    """Run `src` in namespace ns as a notebook cell would (its source in linecache, as IPython does)."""
+    src = src if src.endswith("\n") else src + "\n"
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+    exec(compile(src, name, "exec"), ns)
+
+
+def simulate_student(notebooks=None):
+    """Do the exercises of the given notebooks (default: all) as a student would: in one namespace per notebook,
+    run the notebook's exported cells with the solutions typed in, and the check cell after each exercise cell.
+    Returns {notebook name: namespace}."""
+    import pkgutil
+
+    import course.checks
+    from course import nbtools
+    checks = {}
+    for m in pkgutil.iter_modules(course.checks.__path__):
+        mod = importlib.import_module(f"course.checks.{m.name}")
+        checks.update({k: v for k, v in vars(mod).items() if k.startswith("check_")})
+    out = {}
+    for path in notebooks or nbtools.solution_notebooks():
+        path = Path(path)
+        cells = [c for c in nbtools.read(path)["cells"] if c["cell_type"] == "code"]
+        ns = {"__name__": "__main__", **checks}
+        for i, cell in enumerate(cells):
+            src = nbtools.source(cell)
+            if nbtools.BEGIN not in src and not any(d == "export" for d, _ in nbtools.directives(src)):
+                continue
+            code = nbtools._strip(src)  # the student's cell, their solution typed in (no markers)
+            run_cell(ns, code, f"<{path.stem} cell {i}>")
+            if nbtools.BEGIN in src:  # an exercise: its check is the next cell
+                run_cell(ns, nbtools.source(cells[i + 1]), f"<{path.stem} cell {i + 1}>")
+        out[path.name] = ns
+    return out
+
+
+watch()

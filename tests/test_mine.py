@@ -1,0 +1,332 @@
+"""course.mine: a simulated student's passing solutions train the network; edited or failed ones are not used."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import course
+from course import mine, nbtools
+from course.checks.core import CheckFailure
+from course.checks.data import check_scale_kernel
+
+STUDENT_NOTEBOOKS = [nbtools.NOTEBOOKS / n for n in ("01_data.ipynb", "02_forward.ipynb", "03_loss.ipynb",
+                                                      "04_grad.ipynb", "05_update.ipynb", "06_train.ipynb")]
+SCALE_CELL = '''import numpy as np
+from numba import cuda
+
+
+# Exercise 1.2: scale uint8 pixels to float32 in [0, 1]
+@cuda.jit
+def scale_kernel(x, out):
+    """One thread per element: out[i] = x[i] / 255."""
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i] / np.float32(255.0)
+'''
+
+
+@cuda.jit
+def scale_in_a_file(x, out):
+    """A correct scale kernel, but in a .py file (a test's), not a student's notebook cell."""
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i] / np.float32(255.0)
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    """A student who did 01-06 (the solutions typed into the exercise cells, each check run): their saved work.
+    About 30 s in the simulator."""
+    d = tmp_path_factory.mktemp("student") / "mine"
+    old = os.environ.get("COURSE_MINE_DIR")
+    os.environ["COURSE_MINE_DIR"] = str(d)
+    try:
+        mine.simulate_student(STUDENT_NOTEBOOKS)
+    finally:
+        os.environ.pop("COURSE_MINE_DIR") if old is None else os.environ.__setitem__("COURSE_MINE_DIR", old)
+    return d
+
+
+@pytest.fixture
+def mine_dir(student, tmp_path, monkeypatch):
+    """A private copy of the student's saved work, as COURSE_MINE_DIR; the course's kernels put back after."""
+    d = tmp_path / "mine"
+    shutil.copytree(student, d)
+    monkeypatch.setenv("COURSE_MINE_DIR", str(d))
+    yield d
+    mine.use_course()
+
+
+def tiny_data():
+    from course.data import load_mnist
+    from course.train import pool
+    X, y, Xt, yt = load_mnist()
+    return pool(X[:32], 4), y[:32], pool(Xt[:32], 4), yt[:32]  # (32, 49): 2 steps of 16
+
+
+def row(out, key):
+    """The 'whose' column of the table's row for exercise `key`."""
+    piece = mine.PIECES[key][0]
+    line = next(l for l in out.splitlines() if l.strip().startswith(f"{key}  {piece}"))
+    return line.split(piece, 1)[1].strip()
+
+
+def whose(st):
+    return {k: why for k, (_, why) in st.items()}
+
+
+def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(mine_dir, capsys):
+    from course.train import fit
+    X, y, Xt, yt = tiny_data()
+    setup = dict(hidden=8, epochs=1, batch_size=16)
+    sgd_run = fit(X, y, Xt, yt, lr=0.5, optimizer="sgd", log_every=1, progress=False, **setup)  # the course's
+    ref = sgd_run["params"].flat.copy_to_host()
+    st = course.use_mine()
+    assert {k for k, why in whose(st).items() if why == "yours"} == {k for k in mine.PIECES if k[0] in "123456"}
+    assert all(why == "never checked" for k, why in whose(st).items() if k[0] in "78")
+    out = capsys.readouterr().out
+    assert "17 of 22 pieces run your code" in out and row(out, "7.1") == "course's: never checked"
+    for key in mine.trainer_keys("sgd"):  # what the course's loop calls is the student's code, from their files
+        module, attr = mine._target(key)
+        fn = getattr(module, attr)
+        assert getattr(fn, "py_func", fn).__code__.co_filename == str(mine_dir / f"ex_{key.replace('.', '_')}.py")
+    mine_run = fit(X, y, Xt, yt, lr=0.5, optimizer="sgd", log_every=1, progress=False, **setup)
+    assert mine_run["loss"] == sgd_run["loss"] and len(mine_run["loss"]) == 2
+    assert np.array_equal(mine_run["params"].flat.copy_to_host(), ref)
+    assert mine_run["epoch"][-1]["test_acc"] == sgd_run["epoch"][-1]["test_acc"]
+    # 06's student copy ends with the report of what ran and the accuracy (its payoff cell, run as a cell)
+    cell = nbtools.source(nbtools.read(nbtools.EXERCISES / "06_train.ipynb")["cells"][-1])
+    mine.run_cell(dict(course=course, sgd_run=sgd_run, best_run=mine_run), cell, "<06 payoff>")
+    out = capsys.readouterr().out
+    assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
+    assert f"test accuracy of the network you trained: {sgd_run['epoch'][-1]['test_acc']:.4f}" in out
+    for name in ("07_landscape.ipynb", "08_performance.ipynb"):  # 07's and 08's last cells, the same way
+        cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
+        mine.run_cell(dict(course=course, plain_s=0.5, plain_acc=0.25), cell, f"<{name} payoff>")
+    out = capsys.readouterr().out
+    assert "12 of 12 pieces run your code" in out and "11 of 11 pieces run your code" in out
+    assert "your kernels (plain)" in out and "test acc 0.2500" in out
+    mine.use_course()
+    module, attr = mine._target("2.3")
+    assert getattr(module, attr).py_func.__code__.co_filename.endswith("forward.py")
+
+
+def test_a_solution_edited_after_passing_or_failing_its_check_is_not_used(tmp_path, monkeypatch):
+    """In a real IPython shell: the hook notices a re-run exercise cell with a new source, and a failed check."""
+    from IPython.core.interactiveshell import InteractiveShell
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    shell = InteractiveShell.instance()
+    try:
+        mine.watch(shell)
+        shell.user_ns["check_scale_kernel"] = check_scale_kernel
+
+        def run(src):
+            return shell.run_cell(src, store_history=True)
+
+        assert run(SCALE_CELL).success and run("check_scale_kernel(scale_kernel)").success
+        assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
+        assert run(SCALE_CELL + "\n").success  # the same cell again: still the one that passed
+        assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
+        assert run(SCALE_CELL.replace("np.float32(255.0)", "np.float32(255)")).success  # edited, not checked
+        assert whose(mine.status(["1.2"])) == {"1.2": "edited after passing"}
+        assert run("check_scale_kernel(scale_kernel)").success  # checked again: used again
+        assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
+        assert run(SCALE_CELL.replace("if i < out.size:", "if i < out.size - 1:")).success
+        result = run("check_scale_kernel(scale_kernel)")
+        assert isinstance(result.error_in_exec, CheckFailure)
+        assert whose(mine.status(["1.2"])) == {"1.2": "check failed"}
+        st = mine.use_mine(["1.2"])
+        assert st["1.2"][0] is None and mine.installed() == {}
+    finally:
+        mine.use_course()
+        InteractiveShell.clear_instance()
+
+
+def test_never_checked_and_dependencies_say_why(mine_dir, capsys):
+    mine.mark_edited("2.2")  # tile_dot's cell changed: the linear kernel that calls it is not used either
+    os.remove(mine_dir / "ex_4_2.json")  # never checked
+    st = whose(mine.status())
+    assert st["2.2"] == "edited after passing"
+    assert st["2.3"] == "uses tile_dot of exercise 2.2: edited after passing"
+    assert st["4.2"] == "never checked" and st["4.1"] == "yours"
+    mine.mark_failed("Exercise 3.2")
+    assert whose(mine.status())["3.3"] == "uses sum_kernel of exercise 3.2: check failed"
+    text = (mine_dir / "ex_5_1.py").read_text()
+    (mine_dir / "ex_5_1.py").write_text(text.replace("lr * g[i]", "lr * g[i] * 2"))  # the saved file tampered
+    assert whose(mine.status(["5.1"]))["5.1"].startswith("cannot load: CaptureError: ex_5_1.py was changed")
+    mine.use_mine()
+    out = capsys.readouterr().out
+    assert row(out, "2.3") == "course's: uses tile_dot of exercise 2.2: edited after passing"
+    assert row(out, "4.2") == "course's: never checked" and row(out, "4.1") == "yours"
+
+
+def test_a_notebook_saved_with_a_different_cell_counts_as_edited(mine_dir):
+    rec = mine.read_record("1.2")
+    nb = nbtools.read(nbtools.EXERCISES / "01_data.ipynb")
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "# Exercise 1.2" in nbtools.source(c))
+    cell["source"] = rec["cell"]  # the student's notebook as it was when the check passed
+    path = mine_dir.parent / "01_data.ipynb"
+    path.write_text(nbtools.dumps(nb))
+    assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
+    cell["source"] = rec["cell"].replace("np.float32(255.0)", "np.float32(255)")
+    path.write_text(nbtools.dumps(nb))
+    assert whose(mine.status(["1.2"])) == {"1.2": "edited after passing"}
+    os.utime(path, (rec["time"] - 10, rec["time"] - 10))  # saved before the pass: the pass is newer
+    assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
+
+
+def test_no_student_work_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    import course.scale
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "nothing"))
+    st = course.use_mine()
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("course.use_mine(): no passing solutions of yours in")
+    assert all(fn is None and why == "never checked" for fn, why in st.values())
+    mine.report()
+    assert "0 of 22 pieces run your code" in capsys.readouterr().out
+    monkeypatch.setenv("COURSE_MINE_DIR", "off")  # nothing saved, nothing used
+    check_scale_kernel(course.scale.scale_kernel)
+    assert mine.run_cell(ns := {"__name__": "__main__"}, SCALE_CELL, "<cell>") is None
+    check_scale_kernel(ns["scale_kernel"])
+    assert not os.path.exists("off") and not (tmp_path / "nothing").exists()
+    course.use_mine()
+    assert capsys.readouterr().out.endswith("course.use_mine(): COURSE_MINE_DIR=off: the course's kernels run "
+                                            "everywhere\n")
+
+
+def test_train_mine_on_the_command_line(mine_dir, monkeypatch, capsys, tmp_path):
+    """`train --mine` with the student's work, then with none (one line, the course's kernels)."""
+    import course.data
+    from course.__main__ import main
+    X, y, Xt, yt = (a[:16] for a in course.data.load_mnist())
+    monkeypatch.setattr(course.data, "load_mnist", lambda root=None: (X, y, Xt, yt))
+    args = ["train", "--mine", "--quick", "--epochs", "1", "--batch-size", "16", "--hidden", "8"]
+    assert main(args + ["--out", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("--mine: 12 of 12 pieces run your code")
+    assert "always the course's: gather of the labels" in out and "test accuracy: " in out
+    assert set(json.loads((tmp_path / "r.json").read_text())["mine"].values()) == {"yours"}
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "none"))
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("--mine: no passing solutions of yours in") and out.count("--mine") == 1
+    assert "pieces run your code" not in out and "test accuracy: " in out
+
+
+def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_path, monkeypatch, capsys):
+    import course.scale
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    check_scale_kernel(course.scale.scale_kernel)  # the course's kernel (tests of the checks do this)
+    check_scale_kernel(scale_in_a_file)  # a kernel from a .py file
+    ns = {"__name__": "__main__"}
+    src = SCALE_CELL.replace("    i = cuda.grid(1)", "    ### BEGIN SOLUTION\n    i = cuda.grid(1)")
+    mine.run_cell(ns, src, "<a solution notebook's cell>")
+    check_scale_kernel(ns["scale_kernel"])  # a teacher's solution notebook
+    ns = {"__name__": "__main__", "DIVISOR": np.array([255.0], np.float32)}
+    mine.run_cell(ns, SCALE_CELL.replace("np.float32(255.0)", "DIVISOR[0]"), "<a cell>")
+    check_scale_kernel(ns["scale_kernel"])
+    assert "not saved for course.use_mine(): it uses `DIVISOR` (ndarray) from the notebook" in capsys.readouterr().out
+    assert not (tmp_path / "mine").exists()
+    ns = {"__name__": "__main__", "SCALE": np.float32(1 / 255)}  # a numpy number is written down as one
+    mine.run_cell(ns, SCALE_CELL.replace("x[i] / np.float32(255.0)", "x[i] * SCALE"), "<another cell>")
+    check_scale_kernel(ns["scale_kernel"])
+    assert f"SCALE = numpy.float32({float(np.float32(1 / 255))!r})" in (tmp_path / "mine" / "ex_1_2.py").read_text()
+    assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
+
+
+def test_student_copies_call_use_mine_and_06_to_08_end_with_the_payoff():
+    for path in sorted(nbtools.EXERCISES.glob("*.ipynb")):
+        cells = nbtools.read(path)["cells"]
+        first = next(nbtools.source(c) for c in cells if c["cell_type"] == "code")
+        assert ("course.use_mine()" in first) == (path.name >= "03"), path.name
+        assert first.startswith("import course"), path.name
+        assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name >= "06"), path.name
+        again = nbtools.add_mine_cells(nbtools.read(path), path.name)  # applied twice, it changes nothing
+        assert nbtools.dumps(again) == path.read_text(encoding="utf-8")
+    for path in nbtools.solution_notebooks():  # the solution notebooks are left as they are
+        assert "use_mine" not in json.dumps(nbtools.read(path)["cells"][:3])
+
+
+def test_in_a_jupyter_kernel_a_pass_is_saved_and_an_edit_noticed(tmp_path, monkeypatch):
+    """The only test here that starts a kernel: ipykernel's cells, its linecache names and the hook, for real."""
+    import nbformat
+    from nbclient import NotebookClient
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    cells = ["import course\nfrom course.checks.data import check_scale_kernel", SCALE_CELL,
+             "check_scale_kernel(scale_kernel)", "print(course.mine.status(['1.2'])['1.2'][1])",
+             SCALE_CELL.replace("np.float32(255.0)", "np.float32(255)"), "course.use_mine(['1.2'])"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    out = ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]
+    assert "✓ Exercise 1.2 passed" in out[2] and "saved for course.use_mine()" in out[2]
+    assert out[3].strip() == "yours"
+    assert "course's: edited after passing" in out[5]
+    assert "def scale_kernel(x, out):" in (tmp_path / "mine" / "ex_1_2.py").read_text()
+
+
+COMPILE_SAVED = r'''
+import importlib.util, sys
+import course
+from course import mine, nbtools
+from course.compile import CC, all_signatures
+import numba.cuda.dispatcher as dispatcher
+from numba import cuda, types
+
+
+class NoDevice:  # as course.compile: device functions ask the current device for its compute capability
+    compute_capability = CC
+
+
+dispatcher.get_current_device = NoDevice
+names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
+sigs, n = all_signatures(), 0
+for path in nbtools.solution_notebooks()[:5]:
+    ns = {"__name__": "__main__"}
+    cells = [c for c in nbtools.read(path)["cells"] if c["cell_type"] == "code"]
+    for i, cell in enumerate(cells):
+        src = nbtools.source(cell)
+        if any(d == "export" for d, _ in nbtools.directives(src)):
+            mine.run_cell(ns, nbtools._strip(src), f"<{path.stem} cell {i}>")
+    for key, (_, target) in mine.PIECES.items():
+        if key[0] == path.name[1] and target in sigs:
+            name = target.split(":")[1]
+            text, _ = mine.capture(ns[name])
+            file = f"{sys.argv[1]}/ex_{key.replace('.', '_')}.py"
+            open(file, "w").write(text)
+            spec = importlib.util.spec_from_file_location(f"saved_{n}", file)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            for sig in sigs[target]:
+                cuda.compile_ptx(getattr(module, name).py_func, eval(f"({sig},)", {}, names), cc=CC)
+                n += 1
+print("compiled", n)
+'''
+
+
+def test_saved_kernels_compile_for_a_real_gpu(tmp_path):
+    """What use_mine() loads on a GPU (a real dispatcher's globals, not the simulator's) compiles to sm_90 PTX."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", COMPILE_SAVED, str(tmp_path)], capture_output=True, text=True,
+                       timeout=900, env={**os.environ, "COURSE_DEVICE": "gpu", "NUMBA_ENABLE_CUDASIM": "0"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert int(r.stdout.split("compiled")[1]) >= 20, r.stdout
+    assert "def tile_dot(" in (tmp_path / "ex_2_3.py").read_text()
+
+
+def test_only_a_solution_with_the_course_s_signature_replaces_it(tmp_path, monkeypatch):
+    from course.checks.landscape import check_project_to_plane
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    cells = nbtools.read(nbtools.NOTEBOOKS / "07_landscape.ipynb")["cells"]
+    cell = nbtools._strip(next(nbtools.source(c) for c in cells
+                               if c["cell_type"] == "code" and "# Exercise 7.2" in nbtools.source(c)))
+    ns = {"__name__": "__main__", "np": np}  # the notebook imported numpy in an earlier cell
+    mine.run_cell(ns, cell.replace("theta_n, d1, d2):", "theta_n, d1, d2, unused=None):"), "<07 cell>")
+    check_project_to_plane(ns["project_to_plane"])  # it passes, with one parameter more than the course's
+    assert whose(mine.status(["7.2"])) == {"7.2": "its signature differs from the course's"}
+    mine.run_cell(ns, cell, "<07 cell, fixed>")
+    check_project_to_plane(ns["project_to_plane"])
+    assert whose(mine.status(["7.2"])) == {"7.2": "yours"}
