@@ -138,7 +138,7 @@ def saved_text(cell):
             parts.append("".join(out["text"]))
         elif out["output_type"] == "execute_result" and "text/plain" in out.get("data", {}):
             parts.append("".join(out["data"]["text/plain"]) + "\n")
-    lines = [line.rsplit("\r", 1)[-1].rstrip() for line in "".join(parts).splitlines()]
+    lines = [line.rsplit("\r", 1)[-1].rstrip() for line in "".join(parts).split("\n")]  # a \r line: its last state
     return "\n".join(line for line in lines if line)
 
 
