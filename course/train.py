@@ -176,8 +176,8 @@ def fit_ref(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=
         check_loss(step, test_loss, lr)
         hist["epoch"].append(dict(epoch=epoch, seconds=seconds, test_loss=test_loss, test_acc=test_acc))
         if progress:
-            print(f"epoch {epoch:2d}  {seconds:6.2f} s  test loss {test_loss:.4f}  test accuracy {test_acc:.4f}"
-                  "  (NumPy twin)")
+            print(timing.label(f"epoch {epoch:2d}  {seconds:6.2f} s  test loss {test_loss:.4f}  "
+                               f"test accuracy {test_acc:.4f}  (NumPy twin)"))
         if step == max_steps:
             break
     params.copy_from_host(p)
