@@ -135,6 +135,14 @@ def _update_ref(optimizer, p, g, state, t, lr, mu=0.9, beta1=0.9, beta2=0.999, e
             p[k], state[k][0], state[k][1] = adam_ref(p[k], g[k], state[k][0], state[k][1], t, lr, beta1, beta2, eps)
 
 
+def params_flat(params, arrays):
+    """The flat vector a FlatParams with `params`' layout would hold for these arrays (zeros in the padding)."""
+    v = np.zeros(params.size, np.float32)
+    for name, shape, o in params.layout:
+        v[o:o + arrays[name].size] = arrays[name].ravel()
+    return v
+
+
 def fit_ref(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, lr=0.1, optimizer="sgd",
             seed=0, log_every=50, snapshot_every=None, progress=True, max_steps=None, **opt_kw):
     """NumPy twin of fit(): same start, same batches, same updates, on the host. Returns fit's history, plus every
@@ -183,14 +191,6 @@ def fit_ref(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=
     params.copy_from_host(p)
     hist["params"] = params
     return hist
-
-
-def params_flat(params, arrays):
-    """The flat vector a FlatParams with `params`' layout would hold for these arrays (zeros in the padding)."""
-    v = np.zeros(params.size, np.float32)
-    for name, shape, o in params.layout:
-        v[o:o + arrays[name].size] = arrays[name].ravel()
-    return v
 
 
 def fit_sim(X_train, y_train, X_test, y_test, kernel_steps=3, kernel_test=16, **kw):
