@@ -5,7 +5,7 @@
 import math
 
 import numpy as np
-from numba import cuda
+from numba import cuda, float32  # float32: the dtype of shared arrays (np.float32 is the same)
 
 from course.util import cdiv, require
 

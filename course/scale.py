@@ -5,7 +5,7 @@
 import numpy as np
 from numba import cuda
 
-from course.util import cdiv, require
+from course.util import cdiv, require  # cdiv(n, b) = ceil(n / b): how many blocks of b threads cover n elements
 
 
 def scale_ref(x):

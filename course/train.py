@@ -10,23 +10,29 @@ from numba import cuda
 from tqdm import tqdm
 
 import course
+from course import timing
 from course.forward import mlp_forward
 from course.gather import gather, gather_labels
-from course.grad import mlp_backward
+from course.grad import mlp_backward, mlp_grads_ref, mlp_loss_ref
 from course.loss import count_correct, cross_entropy
-from course.update import SGD, Adam, Diverged, FlatParams, Momentum, check_loss
+from course.update import SGD, Adam, Diverged, FlatParams, Momentum, adam_ref, check_loss, momentum_ref, sgd_ref
 
 OPTIMIZERS = {"sgd": SGD, "momentum": Momentum, "adam": Adam}
 
 
-def init_params(hidden=128, seed=0, n_in=784, n_out=10):
-    """A FlatParams with W1 (n_in, hidden), b1, W2 (hidden, n_out), b2, uniform in +-1/sqrt(fan_in)."""
+def init_arrays(hidden=128, seed=0, n_in=784, n_out=10):
+    """W1 (n_in, hidden), b1, W2 (hidden, n_out), b2 as float32 NumPy arrays, uniform in +-1/sqrt(fan_in)."""
     rng = np.random.default_rng(seed)
     shapes = {"W1": (n_in, hidden), "b1": (hidden,), "W2": (hidden, n_out), "b2": (n_out,)}
     fan_in = {"W1": n_in, "b1": n_in, "W2": hidden, "b2": hidden}
-    params = FlatParams(shapes)
-    params.copy_from_host({k: rng.uniform(-1, 1, s).astype(np.float32) / np.float32(math.sqrt(fan_in[k]))
-                           for k, s in shapes.items()})
+    return {k: rng.uniform(-1, 1, s).astype(np.float32) / np.float32(math.sqrt(fan_in[k])) for k, s in shapes.items()}
+
+
+def init_params(hidden=128, seed=0, n_in=784, n_out=10):
+    """A FlatParams on the device holding init_arrays(...): W1, b1, W2, b2."""
+    arrays = init_arrays(hidden, seed, n_in, n_out)
+    params = FlatParams({k: a.shape for k, a in arrays.items()})
+    params.copy_from_host(arrays)
     return params
 
 
@@ -66,8 +72,9 @@ def evaluate(X_d, y_d, params):
 
 
 def fit(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, lr=0.1, optimizer="sgd",
-        seed=0, log_every=50, snapshot_every=None, progress=True, **opt_kw):
-    """Train the MLP on the device; returns a history dict (losses, per-epoch metrics, snapshots, params)."""
+        seed=0, log_every=50, snapshot_every=None, progress=True, max_steps=None, **opt_kw):
+    """Train the MLP on the device; returns a history dict (losses, per-epoch metrics, snapshots, params).
+    max_steps: stop after that many steps (the epoch it ends in is still evaluated)."""
     n = (len(X_train) // batch_size) * batch_size
     if n == 0:
         raise ValueError(f"batch_size {batch_size} is larger than the {len(X_train)} training examples")
@@ -85,6 +92,8 @@ def fit(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, 
         perm_d = cuda.to_device(rng.permutation(len(X_train))[:n])          # one copy per epoch
         for k in tqdm(range(0, n, batch_size), desc=f"epoch {epoch}/{epochs}", disable=not progress,
                       mininterval=1.0):
+            if step == max_steps:
+                break
             idx = perm_d[k:k + batch_size]
             loss = train_step(gather(X_d, idx, out=Xb), gather_labels(y_d, idx, out=yb), params, grads, opt, buf)
             step += 1
@@ -102,7 +111,9 @@ def fit(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, 
         check_loss(step, test_loss, lr)
         hist["epoch"].append(dict(epoch=epoch, seconds=seconds, test_loss=test_loss, test_acc=test_acc))
         if progress:
-            print(f"epoch {epoch:2d}  {seconds:6.2f} s  test loss {test_loss:.4f}  test accuracy {test_acc:.4f}")
+            print(timing.label(f"epoch {epoch:2d}  {seconds:6.2f} s  test loss {test_loss:.4f}  test accuracy {test_acc:.4f}"))
+        if step == max_steps:
+            break
     hist["params"] = params
     return hist
 
@@ -111,3 +122,89 @@ def pool(X, f):
     """Average-pool (N, 784) images by f x f -> (N, (28 // f)**2): smaller inputs, for the simulator."""
     s = 28 // f
     return X.reshape(len(X), s, f, s, f).mean(axis=(2, 4)).reshape(len(X), s * s).astype(np.float32)
+
+
+def _update_ref(optimizer, p, g, state, t, lr, mu=0.9, beta1=0.9, beta2=0.999, eps=1e-8):
+    """One step of notebook 05's NumPy twins on a dict of arrays; state holds the velocity or the two moments."""
+    for k in p:
+        if optimizer == "sgd":
+            p[k] = sgd_ref(p[k], g[k], lr)
+        elif optimizer == "momentum":
+            p[k], state[k][0] = momentum_ref(p[k], g[k], state[k][0], lr, mu)
+        else:
+            p[k], state[k][0], state[k][1] = adam_ref(p[k], g[k], state[k][0], state[k][1], t, lr, beta1, beta2, eps)
+
+
+def params_flat(params, arrays):
+    """The flat vector a FlatParams with `params`' layout would hold for these arrays (zeros in the padding)."""
+    v = np.zeros(params.size, np.float32)
+    for name, shape, o in params.layout:
+        v[o:o + arrays[name].size] = arrays[name].ravel()
+    return v
+
+
+def fit_ref(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, lr=0.1, optimizer="sgd",
+            seed=0, log_every=50, snapshot_every=None, progress=True, max_steps=None, **opt_kw):
+    """NumPy twin of fit(): same start, same batches, same updates, on the host. Returns fit's history, plus every
+    step's loss in hist["step_loss"]; hist["params"] is a FlatParams on the device, like fit's."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+    n = (len(X_train) // batch_size) * batch_size
+    if n == 0:
+        raise ValueError(f"batch_size {batch_size} is larger than the {len(X_train)} training examples")
+    p = init_arrays(hidden, seed, n_in=X_train.shape[1])                    # the same draws as init_params
+    params = FlatParams({k: a.shape for k, a in p.items()})                  # for its layout, and the result
+    state = {k: [np.zeros_like(a), np.zeros_like(a)] for k, a in p.items()}  # velocity, or Adam's m and v
+    rng = np.random.default_rng(seed)
+    hist = dict(step=[], loss=[], step_loss=[], epoch=[], snapshots=[params_flat(params, p)], snapshot_steps=[0])
+    step = 0
+    for epoch in range(1, epochs + 1):
+        t0 = time.perf_counter()
+        perm = rng.permutation(len(X_train))[:n]                             # the same draw as fit's
+        for k in range(0, n, batch_size):
+            if step == max_steps:
+                break
+            Xb, yb = X_train[perm[k:k + batch_size]], y_train[perm[k:k + batch_size]]   # (B, n_in), (B,)
+            value = mlp_loss_ref(Xb, yb, **p)                                # the loss before the update
+            g = {name: v.astype(np.float32) for name, v in mlp_grads_ref(Xb, yb, **p).items()}
+            step += 1
+            _update_ref(optimizer, p, g, state, step, lr, **opt_kw)
+            hist["step_loss"].append(value)
+            if step % log_every == 0:
+                check_loss(step, value, lr, first_loss=hist["loss"][0] if hist["loss"] else None)
+                hist["step"].append(step)
+                hist["loss"].append(value)
+            if snapshot_every and step % snapshot_every == 0:
+                hist["snapshots"].append(params_flat(params, p))
+                hist["snapshot_steps"].append(step)
+        seconds = time.perf_counter() - t0
+        H = np.maximum(X_test @ p["W1"] + p["b1"], 0)                        # (N, n_in) @ (n_in, hidden)
+        test_loss = mlp_loss_ref(X_test, y_test, **p)
+        test_acc = float(np.mean((H @ p["W2"] + p["b2"]).argmax(axis=1) == y_test))
+        check_loss(step, test_loss, lr)
+        hist["epoch"].append(dict(epoch=epoch, seconds=seconds, test_loss=test_loss, test_acc=test_acc))
+        if progress:
+            print(timing.label(f"epoch {epoch:2d}  {seconds:6.2f} s  test loss {test_loss:.4f}  "
+                               f"test accuracy {test_acc:.4f}  (NumPy twin)"))
+        if step == max_steps:
+            break
+    params.copy_from_host(p)
+    hist["params"] = params
+    return hist
+
+
+def fit_sim(X_train, y_train, X_test, y_test, kernel_steps=3, kernel_test=16, **kw):
+    """For the simulator: fit() on the course's kernels for the first kernel_steps steps (evaluated on kernel_test
+    test images), then fit_ref for the whole run, after checking that the kernels' losses equal the twin's.
+    Returns the twin's history, with hist["kernel_steps"] and the kernels' losses in hist["kernel_loss"]."""
+    run = fit(X_train, y_train, X_test[:kernel_test], y_test[:kernel_test], **dict(kw, log_every=1, progress=False),
+              max_steps=kernel_steps)
+    twin = fit_ref(X_train, y_train, X_test, y_test, **kw)
+    got, want = np.array(run["loss"]), np.array(twin["step_loss"][:len(run["loss"])])
+    if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+        raise AssertionError(f"the kernels' losses {np.round(got, 5)} differ from the NumPy twin's "
+                             f"{np.round(want, 5)}: train_step (or a kernel) does not compute what the twin does")
+    print(f"steps 1-{len(got)} on the course's kernels: losses {', '.join(f'{v:.4f}' for v in got)}, equal to "
+          f"the NumPy twin's (max difference {np.max(np.abs(got - want)):.1e}); the twin trained the rest")
+    twin.update(kernel_steps=len(got), kernel_loss=run["loss"])
+    return twin

@@ -1,4 +1,12 @@
-"""Each student notebook runs up to its first exercise and stops there with that exercise's NotImplementedError."""
+"""The student copies (notebooks/exercises/): what the generator writes into them, and that they run.
+
+Fast tests (no kernel): saved GPU outputs carried as markdown, no empty or directive cells, the format Jupyter
+writes, solutions pasted back by exercise label. Slow tests (a Jupyter kernel in the simulator): each copy stops at
+its first exercise, and (SLOW: about as long as running every notebook, ~10 min on 2 cores) each copy with every
+solution pasted back runs to the end, where 06 has learned."""
+import copy
+import re
+
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -7,6 +15,7 @@ from nbclient.exceptions import CellExecutionError
 from course import nbtools
 
 STUDENT = sorted(nbtools.EXERCISES.glob("*.ipynb"))
+DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_performance"]
 
 
 def first_exercise(path):
@@ -16,17 +25,120 @@ def first_exercise(path):
             return nbtools.EXERCISE_RE.search(src).group(1)
 
 
+def shown_cells(nb):
+    """The code cells of a solution notebook marked `# SHOW_SAVED`."""
+    return [c for c in nb["cells"] if c["cell_type"] == "code"
+            and nbtools.SHOW_SAVED in nbtools.source(c).splitlines()]
+
+
 def test_there_is_a_student_copy_of_every_notebook():
     assert [p.name for p in STUDENT] == [p.name for p in nbtools.solution_notebooks()]
+
+
+@pytest.mark.parametrize("name", DISCUSSED)
+def test_student_copy_carries_the_saved_gpu_outputs_the_text_discusses(name):
+    solution = nbtools.read(nbtools.NOTEBOOKS / f"{name}.ipynb")
+    student = nbtools.read(nbtools.EXERCISES / f"{name}.ipynb")
+    shown = shown_cells(solution)
+    assert shown, f"{name}: no cell marked {nbtools.SHOW_SAVED}"
+    ids = [c.get("id") for c in student["cells"]]
+    device = nbtools.saved_device(solution)
+    assert device == "NVIDIA H200"  # the committed notebooks are the H200's run
+    for cell in shown:
+        i = ids.index(cell["id"])
+        saved = student["cells"][i + 1]                      # right after the (output-less) code cell
+        assert saved["cell_type"] == "markdown" and saved["id"] == f"{cell['id']}-saved"
+        text = nbtools.source(saved)
+        assert text.startswith(f"**Saved on an {device}**")
+        for line in nbtools.saved_text(cell).splitlines():  # every printed line, verbatim
+            assert line in text, (cell["id"], line)
+        images = nbtools.saved_images(cell)
+        assert [v["image/png"] for v in saved.get("attachments", {}).values()] == images
+        assert text.count("](attachment:") == len(images)
+        assert "\r" not in text
+
+
+def test_saved_output_cell_comes_from_the_saved_run_not_from_typed_text():
+    nb = nbtools.read(nbtools.NOTEBOOKS / "02_forward.ipynb")
+    cell = next(c for c in shown_cells(nb) if nbtools.saved_text(c))
+    before = nbtools.source(nbtools.saved_output_cell(cell, "GPU X"))
+    changed = copy.deepcopy(cell)
+    out = next(o for o in changed["outputs"] if o.get("name") == "stdout")
+    out["text"] = ["42.00 TFLOP/s, measured\n"]
+    after = nbtools.source(nbtools.saved_output_cell(changed, "GPU X"))
+    assert "42.00 TFLOP/s, measured" in after and after != before and after.startswith("**Saved on an GPU X**")
+    changed["outputs"] = []
+    with pytest.raises(ValueError, match="printed and drew nothing"):
+        nbtools.saved_output_cell(changed, "GPU X")
+
+
+def test_saved_text_keeps_stdout_and_drops_progress_bars():
+    cell = {"outputs": [{"output_type": "stream", "name": "stderr", "text": "epoch 1/3: 100%|###|\r"},
+                        {"output_type": "stream", "name": "stdout", "text": "a 1.0 ms\n\nb\r50%\rb 2.0 ms\n"}]}
+    assert nbtools.saved_text(cell) == "a 1.0 ms\nb 2.0 ms"
+
+
+@pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
+def test_student_copy_is_clean_and_written_as_jupyter_writes_it(path):
+    text = path.read_text(encoding="utf-8")
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nbformat.writes(nb) + "\n" == text, "Jupyter would rewrite this file on its first save"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.source.strip(), f"{path.name}: an empty code cell"
+            assert not re.search(r"^\s*#\|", cell.source, re.M), f"{path.name}: a `#|` directive left in"
+            assert nbtools.SHOW_SAVED not in cell.source and not cell.outputs
+
+
+@pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
+def test_student_copy_with_solutions_is_the_solution_code(path):
+    nb = nbtools.student_copy_with_solutions(path)
+    solved = [c for c in nb.cells if c.cell_type == "code" and nbtools.exercise_label(c.source)]
+    assert solved and all("NotImplementedError(\"Exercise" not in c.source for c in solved)
+    want = {nbtools.exercise_label(nbtools.source(c)): nbtools._strip(nbtools.source(c))
+            for c in nbtools.read(nbtools.NOTEBOOKS / path.name)["cells"]
+            if c["cell_type"] == "code" and nbtools.BEGIN in nbtools.source(c)}
+    assert {nbtools.exercise_label(c.source): c.source for c in solved} == want
+
+
+def test_student_copy_with_solutions_refuses_a_missing_solution(tmp_path, monkeypatch):
+    (tmp_path / "exercises").mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        '# Exercise 9.1: a\n# YOUR CODE HERE\nraise NotImplementedError("Exercise 9.1: a")')])
+    nbformat.write(nb, tmp_path / "exercises" / "09_x.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "09_x.ipynb")
+    monkeypatch.setattr(nbtools, "NOTEBOOKS", tmp_path)
+    monkeypatch.setattr(nbtools, "EXERCISES", tmp_path / "exercises")
+    with pytest.raises(ValueError, match="Exercise 9.1 has no solution"):
+        nbtools.student_copy_with_solutions("09_x.ipynb")
+
+
+def test_bench_table_shows_in_the_student_copy_of_08():
+    """08's benchmark cell finds notebooks/results/bench-h200.json when run from notebooks/exercises/."""
+    cells = nbformat.read(nbtools.EXERCISES / "08_performance.ipynb", as_version=4).cells
+    bench = next(c for c in cells if c.cell_type == "code" and "bench-h200.json" in c.source)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import json\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nimport course\n"
+        "from course.nbtools import NOTEBOOKS"), bench])
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(nbtools.EXERCISES)}}).execute()
+    out = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    assert "H200" in out and "test acc" in out and "yet" not in out, out
+
+
+def run_student(path, notebook):
+    client = NotebookClient(notebook, timeout=900, kernel_name="python3",
+                            resources={"metadata": {"path": str(nbtools.EXERCISES)}})
+    client.execute()
+    return notebook
 
 
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
 def test_student_notebook_stops_at_first_exercise(path):
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(nbtools.NOTEBOOKS)}})
     with pytest.raises(CellExecutionError) as e:
-        client.execute()
+        run_student(path, nb)
     label = first_exercise(path)
     assert e.value.ename == "NotImplementedError", e.value
     assert label in e.value.evalue, (label, e.value.evalue)
@@ -35,3 +147,26 @@ def test_student_notebook_stops_at_first_exercise(path):
     assert len(errors) == 1
     before = "".join(c.source for c in nb.cells[:errors[0] + 1] if c.cell_type == "code")
     assert label in before, "the error came before the first exercise's cell"
+
+
+def printed(nb):
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                   if o.get("name") == "stdout")
+
+
+@pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
+def test_student_notebook_with_solutions_runs_to_the_end(path):
+    """SLOW (the whole notebook in the simulator: 1-2 minutes each): a student who solves every exercise gets
+    through the notebook, every check passing; in 06 the network learns."""
+    nb = run_student(path, nbtools.student_copy_with_solutions(path))
+    text = printed(nb)
+    labels = sorted({nbtools.exercise_label(c.source) for c in nb.cells if c.cell_type == "code"} - {None})
+    for label in labels:
+        assert f"✓ {label} passed" in text, label
+    if path.name == "06_train.ipynb":
+        first, last = map(float, re.search(r"training loss: first logged ([\d.]+), mean of the last five ([\d.]+)",
+                                           text).groups())
+        assert last < first / 2, (first, last)                 # the curve falls
+        accuracies = [float(a) for a in re.findall(r"^test accuracy: ([\d.]+)$", text, re.M)]
+        assert len(accuracies) == 2 and min(accuracies) >= 0.85, accuracies
+        assert "on the course's kernels" in text and "equal to the NumPy twin's" in text
