@@ -250,7 +250,6 @@ class Fig:
 
 
 BENCH = "bench-h200.json"
-PLAIN_S = Json(BENCH, "rows[impl=course_plain].epoch_s")
 FUSED_S = Json(BENCH, "rows[impl=course_fused].epoch_s")
 TORCH_S = Json(BENCH, "rows[impl=pytorch_eager].epoch_s")
 SPEEDUP_08 = Out("08", "c058", r"speed-up ([\d.]+)x")
@@ -305,7 +304,6 @@ FIGURES = [
     Fig("05", "c049", r"\(([\d.]+)% closer per step\)", calc(lambda: 100 * 0.019 * 1, why="lr · smallest curvature")),
     # --- 06 ---
     Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)", Json(BENCH, "rows[impl=pytorch_eager].test_acc")),
-    Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)", Json(BENCH, "rows[impl=course_plain].test_acc")),
     Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)", Out("06", "c017", r"epoch  3 .*?test accuracy (0\.\d+)")),
     Fig("06", "c016", r"about ([\d.]+) s per epoch on the H200", TORCH_S),
     Fig("06", "c020", r"about ([\d.]+) % test accuracy", calc(lambda a: 100 * a, Out("06", "c022", r"test accuracy: ([\d.]+)"))),
@@ -382,7 +380,6 @@ FIGURES = [
     Fig("08", "c062", r"works it out: (25) %\)", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
     # --- README ---
     Fig(README, "", r"trains an epoch in about (\d+) ms", calc(lambda s: s * 1e3, FUSED_S)),
-    Fig(README, "", r"against (\d+) ms for the plain course loop", calc(lambda s: s * 1e3, PLAIN_S)),
     Fig(README, "", r"(\d+) ms for PyTorch eager", calc(lambda s: s * 1e3, TORCH_S)),
 ]
 
