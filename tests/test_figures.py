@@ -362,6 +362,7 @@ FIGURES = [
     Fig("08", "c062", r"about ([\d.]+) ms per step for the plain loop",
         calc(lambda us: us / 1e3, LADDER("plain (15 launches/step)"))),
     Fig("08", "c062", r"about (\d+) µs each with", calc(lambda us: us / 15, LADDER("plain (15 launches/step)"))),
+    Fig("08", "c062", r"section 2's (\d+) µs", calc(lambda us: us / 15, STEP_WALL, why="the step / 15")),
     Fig("08", "c062", r"([\d.]+) ms with 9 launches", calc(lambda us: us / 1e3, LADDER("merged (9 launches/step)"))),
     Fig("08", "c062", r"about ([\d.]+) ms with two launches", calc(lambda us: us / 1e3, LADDER("fused phases (2/step)"))),
     Fig("08", "c062", r"([\d.]+) ms with one cooperative launch per step",
