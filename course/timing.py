@@ -6,7 +6,8 @@ from numba import cuda, float32
 
 import course
 
-HOLD_ITERATIONS = 1_000_000  # dependent multiply-adds: milliseconds on an H200, far longer than launching fn() takes
+SIM_NOTE = "simulator: timings meaningless"  # what every simulator timing carries (label, sim_note)
+HOLD_ITERATIONS = 1_000_000  # dependent multiply-adds: about 2 ms on an H200, longer than launching fn() takes
 
 
 @cuda.jit
@@ -17,6 +18,18 @@ def hold_kernel(n, sink):
         x = x * float32(0.5) + float32(0.25)
     if x == float32(-12345.0):  # (almost) never true; keeps the result, and so the loop, alive
         sink[0] = x
+
+
+def label(text):
+    """`text` with "(simulator: timings meaningless)" appended in the simulator: for every plot title and printed
+    line that shows a time (the simulator runs each GPU thread as Python code: its times say nothing about a GPU)."""
+    return f"{text} ({SIM_NOTE})" if course.SIMULATOR else text
+
+
+def sim_note():
+    """Print, in the simulator only, a line saying that the timings printed next mean nothing (before a table)."""
+    if course.SIMULATOR:
+        print(f"({SIM_NOTE}: the simulator runs each GPU thread as Python code; the saved GPU run has the real ones)")
 
 
 def gpu_time(fn, repeat=10, warmup=2):
