@@ -187,18 +187,25 @@ sys.stdout.write(ptx)
 
 
 @lru_cache(maxsize=None)
-def ptxas_report(kernel, maxrreg):
-    """(registers, spill store bytes) per thread for a course kernel ("course.fused:fused_steps_kernel")."""
-    ptxas = find_ptxas()
-    if ptxas is None:
-        pytest.skip("ptxas not found (numba-cuda[cu12] brings it on Linux)")
+def kernel_ptx(kernel):
+    """sm_90 PTX of a course kernel ("course.fused:fused_steps_kernel") at its first SIGNATURES entry, compiled in a
+    subprocess (this one runs the simulator, which cannot compile)."""
     env = {**os.environ, "COURSE_DEVICE": "gpu", "NUMBA_ENABLE_CUDASIM": "0", "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", _PTXAS_SCRIPT, kernel], capture_output=True, text=True, env=env,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+@lru_cache(maxsize=None)
+def ptxas_report(kernel, maxrreg):
+    """(registers, spill store bytes) per thread of a course kernel, by `ptxas -v` (capped at maxrreg if not 0)."""
+    ptxas = find_ptxas()
+    if ptxas is None:
+        pytest.skip("ptxas not found (numba-cuda[cu12] brings it on Linux)")
     with tempfile.TemporaryDirectory() as tmp:
         ptx = Path(tmp) / "k.ptx"
-        ptx.write_text(r.stdout)
+        ptx.write_text(kernel_ptx(kernel))
         cmd = [ptxas, "-v", "-arch=sm_90", "-c", str(ptx), "-o", str(Path(tmp) / "k.o")]
         if maxrreg:
             cmd[1:1] = ["--maxrregcount", str(maxrreg)]
