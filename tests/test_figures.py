@@ -46,9 +46,11 @@ README = "README"
 SPECS = {  # published figures, each with its origin; the prose quotes them, the test checks the prose against them
     "h200_fp32_tflops": (67.0, "NVIDIA H200 data sheet: FP32 (CUDA cores) 67 TFLOPS"),
     "h200_tf32_dense_tflops": (494.7, "NVIDIA H200 data sheet: TF32 Tensor Core 989 TFLOPS with sparsity, half dense"),
-    "h200_bf16_dense_tflops": (989.5, "NVIDIA H200 data sheet: BF16 Tensor Core 1,979 TFLOPS with sparsity, half dense"),
+    "h200_bf16_dense_tflops": (989.5, "NVIDIA H200 data sheet: BF16 Tensor Core 1,979 TFLOPS with sparsity, half "
+                                      "dense"),
     "h200_hbm_tbs": (4.8, "NVIDIA H200 data sheet: HBM3e 4.8 TB/s"),
-    "smem_over_global_latency": (20.0, "Jia et al., 'Dissecting the NVIDIA Volta GPU architecture via microbenchmarking'"
+    "smem_over_global_latency": (20.0, "Jia et al., 'Dissecting the NVIDIA Volta GPU architecture via "
+                                       "microbenchmarking'"
                                        " (2018) and its Turing/Ampere/Hopper sequels: shared memory ~20-30 cycles, "
                                        "global memory ~400-600"),
     "sm_max_warps": (64, "CUDA programming guide, compute capability 9.0: 64 resident warps per SM"),
@@ -262,6 +264,7 @@ LAUNCH_3 = Out("08", "c007", r"3 arrays\s*:\s*([\d.]+) µs")        # a launch w
 LAUNCH_0 = Out("08", "c007", r"no argument\s*:\s*([\d.]+) µs")
 PLAIN_EPOCH_06 = Out("06", "c029", r"SGD, H128\s+([\d.]+) s per epoch")
 LADDER = lambda name: Out("08", "c054", re.escape(name) + r"\s+([\d.]+) µs per step")  # noqa: E731
+LADDER_TF = lambda name: Out("08", "c028", r"4096² × 4096\s+" + re.escape(name) + r"\s+([\d.]+) TFLOP")  # noqa
 STEP_WALL = Out("08", "c015", r"whole step\s+([\d.]+) µs")
 FP32_MS = Out("08", "c019", r"at FP32 peak: ([\d.]+) ms")
 FUSED_MS_08 = Out("08", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
@@ -287,8 +290,7 @@ FIGURES = [
     Fig("02", "c011", r"\(the GPU's HBM:\s+([\d.]+) TB/s", Spec("h200_hbm_tbs")),
     Fig("02", "c011", r"some (20)× lower latency", Spec("smem_over_global_latency")),
     Fig("02", "c024", r"about\s+(67) TFLOP/s in plain FP32", Spec("h200_fp32_tflops")),
-    Fig("02", "c024", r"cuBLAS reaches about (51) TFLOP/s",
-        Out("08", "c028", r"4096² × 4096\s+cuBLAS\s+([\d.]+) TFLOP/s")),
+    Fig("02", "c024", r"cuBLAS reaches about (51) TFLOP/s", LADDER_TF("cuBLAS")),
     Fig("02", "c024", r"about (495) TFLOP/s in TF32", Spec("h200_tf32_dense_tflops"), tol=0.01),
     Fig("02", "c027", r"far smaller than (8)×", calc(lambda: 32 / 4, why="32 sectors instead of 4")),
     Fig("02", "c027", r"([\d.]+) MFLOP would take", calc(lambda: 2 * 64 * 784 * 128 / 1e6, why="2·B·784·H")),
@@ -299,7 +301,8 @@ FIGURES = [
     Fig("03", "c033", r"about (10)% accuracy", calc(lambda: 100 / 10, why="one class in ten")),
     Fig("03", "c040", r"the H200's ([\d.]+) TB/s", Spec("h200_hbm_tbs")),
     # --- 05 ---
-    Fig("05", "c026", r"about \*\*(\d+)\s+µs\*\*", Out("05", "c024", r"the bare launch, no argument checks\s+([\d.]+) us")),
+    Fig("05", "c026", r"about \*\*(\d+)\s+µs\*\*",
+        Out("05", "c024", r"the bare launch, no argument checks\s+([\d.]+) us")),
     Fig("05", "c026", r"= 1.2 MB, about ([\d.]+) µs",
         calc(lambda hbm: PARAMS * 12 / (hbm * 1e12) * 1e6, Spec("h200_hbm_tbs"), why="12 bytes per parameter")),
     Fig("05", "c026", r"about [\d.]+ µs at the H200's ([\d.]+) TB/s", Spec("h200_hbm_tbs")),
@@ -309,14 +312,17 @@ FIGURES = [
     Fig("05", "c049", r"\(([\d.]+)% closer per step\)", calc(lambda: 100 * 0.019 * 1, why="lr · smallest curvature")),
     # --- 06 ---
     Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)", Json(BENCH, "rows[impl=pytorch_eager].test_acc")),
-    Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)", Out("06", "c017", r"epoch  3 .*?test accuracy (0\.\d+)")),
+    Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)",
+        Out("06", "c017", r"epoch  3 .*?test accuracy (0\.\d+)")),
     Fig("06", "c016", r"about ([\d.]+) s per epoch on the H200", TORCH_S),
-    Fig("06", "c020", r"about ([\d.]+) % test accuracy", calc(lambda a: 100 * a, Out("06", "c022", r"test accuracy: ([\d.]+)"))),
+    Fig("06", "c020", r"about ([\d.]+) % test accuracy",
+        calc(lambda a: 100 * a, Out("06", "c022", r"test accuracy: ([\d.]+)"))),
     Fig("06", "c028", r"At ~(\d+) µs per", LAUNCH_3, tol=0.05),
     Fig("06", "c028", r"~([\d.]+) ms per step", calc(lambda us: 15 * us / 1e3, LAUNCH_3, why="15 launches")),
     Fig("06", "c028", r"~([\d.]+) s of the", calc(lambda us: STEPS * 15 * us / 1e6, LAUNCH_3, why="937 steps")),
     Fig("06", "c028", r"of the ([\d.]+) s an epoch", PLAIN_EPOCH_06),
-    Fig("06", "c030", r"ends at ([\d.]+) % test", calc(lambda a: 100 * a, Out("06", "c031", r"Fashion-MNIST test accuracy: ([\d.]+)"))),
+    Fig("06", "c030", r"ends at ([\d.]+) % test",
+        calc(lambda a: 100 * a, Out("06", "c031", r"Fashion-MNIST test accuracy: ([\d.]+)"))),
     # --- 07 ---
     Fig("07", "c009", r"curvature (25) times smaller", Out("07", "c004", r"ratio (\d+)")),
     Fig("07", "c009", r"step there is (25) times too short", Out("07", "c004", r"ratio (\d+)")),
@@ -333,11 +339,13 @@ FIGURES = [
     Fig("08", "c000", r"rule of thumb says ([\d.]+) GFLOP", Out("08", "c019", r"6·P·N: ([\d.]+)\)")),
     Fig("08", "c008", r"about (\d+) µs with no argument", LAUNCH_0),
     Fig("08", "c008", r"and (\d+) µs with three arrays", LAUNCH_3),
-    Fig("08", "c008", r"about ([\d.]+) ms per step just to launch", calc(lambda us: 15 * us / 1e3, LAUNCH_3, why="15 launches")),
-    Fig("08", "c008", r"about\s+([\d.]+) s of an epoch", calc(lambda us: STEPS * 15 * us / 1e6, LAUNCH_3, why="937 steps")),
+    Fig("08", "c008", r"about ([\d.]+) ms per step just to launch",
+        calc(lambda us: 15 * us / 1e3, LAUNCH_3, why="15 launches")),
+    Fig("08", "c008", r"about\s+([\d.]+) s of an epoch",
+        calc(lambda us: STEPS * 15 * us / 1e6, LAUNCH_3, why="937 steps")),
     Fig("08", "c010", r"\(([\d.]+) ms in the saved run", Out("08", "c009", r"no synchronize:\s+([\d.]+) ms")),
     Fig("08", "c010", r"about (\d+) ms for the tiled v2", Out("08", "c009", r"cuda.synchronize\(\):\s+([\d.]+) ms")),
-    Fig("08", "c010", r"at 4096², ([\d.]+) TFLOP/s", Out("08", "c028", r"4096² × 4096\s+v2 tiled\s+([\d.]+) TFLOP/s")),
+    Fig("08", "c010", r"at 4096², ([\d.]+) TFLOP/s", LADDER_TF("v2 tiled")),
     Fig("08", "c010", r"waits ~(\d+) µs for Python", LAUNCH_3, tol=0.1),
     Fig("08", "c018", r"(\d+) µs for 15 launches", STEP_WALL),
     Fig("08", "c018", r"about (\d+) µs per launch", calc(lambda us: us / 15, STEP_WALL, why="the step / 15")),
@@ -349,10 +357,11 @@ FIGURES = [
     Fig("08", "c020", r"take about ([\d.]+) ms", calc(lambda hbm: MB_IMAGES / (hbm * 1e12) * 1e3, Spec("h200_hbm_tbs"),
                                                        why="188 MB of images at HBM bandwidth")),
     Fig("08", "c020", r"a launch of\s+~(\d+) µs from Python", LAUNCH_3),
-    Fig("08", "c020", r"\(([\d.]+) TFLOP/s at 4096²\); v2", Out("08", "c028", r"4096² × 4096\s+v1 naive\s+([\d.]+) TFLOP/s")),
-    Fig("08", "c020", r"used 16 times \(([\d.]+) TFLOP/s\)", Out("08", "c028", r"4096² × 4096\s+v2 tiled\s+([\d.]+) TFLOP/s")),
+    Fig("08", "c020", r"\(([\d.]+) TFLOP/s at 4096²\); v2", LADDER_TF("v1 naive")),
+    Fig("08", "c020", r"used 16 times \(([\d.]+) TFLOP/s\)", LADDER_TF("v2 tiled")),
     Fig("08", "c020", r"can: (\d+) registers per thread", Ptxas("course.perf:matmul_v3_kernel")),
-    Fig("08", "c020", r"registers per thread, (\d+) bytes spilled", Ptxas("course.perf:matmul_v3_kernel", field="spill")),
+    Fig("08", "c020", r"registers per thread, (\d+) bytes spilled",
+        Ptxas("course.perf:matmul_v3_kernel", field="spill")),
     Fig("08", "c030", r"each global load (128) times", calc(lambda: 128, why="128×128 tiles")),
     Fig("08", "c030", r"product is (13) MFLOP", calc(lambda: 2 * 64 * 784 * 128 / 1e6, why="2·64·784·128")),
     Fig("08", "c030", r"about\s+(67) TFLOP/s", Spec("h200_fp32_tflops")),
@@ -367,7 +376,8 @@ FIGURES = [
     Fig("08", "c062", r"about (\d+) µs each with", calc(lambda us: us / 15, LADDER("plain (15 launches/step)"))),
     Fig("08", "c062", r"section 2's (\d+) µs", calc(lambda us: us / 15, STEP_WALL, why="the step / 15")),
     Fig("08", "c062", r"([\d.]+) ms with 9 launches", calc(lambda us: us / 1e3, LADDER("merged (9 launches/step)"))),
-    Fig("08", "c062", r"about ([\d.]+) ms with two launches", calc(lambda us: us / 1e3, LADDER("fused phases (2/step)"))),
+    Fig("08", "c062", r"about ([\d.]+) ms with two launches",
+        calc(lambda us: us / 1e3, LADDER("fused phases (2/step)"))),
     Fig("08", "c062", r"([\d.]+) ms with one cooperative launch per step",
         calc(lambda us: us / 1e3, LADDER("fused step (1 cooperative/step)"))),
     Fig("08", "c062", r"about (\d+) µs for two phases", LADDER("fused epoch (1/epoch)")),
@@ -378,7 +388,8 @@ FIGURES = [
     Fig("08", "c062", r"\((\d+) ms per epoch\)", calc(lambda t: t * 1e3, TORCH_S)),
     Fig("08", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
     Fig("08", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_08, FP32_MS), tol=0.05),
-    Fig("08", "c062", r"\((1,873) per epoch", calc(lambda: 2 * STEPS - 1, why="two barriers per step, none after the last")),
+    Fig("08", "c062", r"\((1,873) per epoch",
+        calc(lambda: 2 * STEPS - 1, why="two barriers per step, none after the last")),
     Fig("08", "c062", r"small part of a (41) µs step", LADDER("fused epoch (1/epoch)")),
     Fig("08", "c062", r"by a launch \(~(\d+) µs\)", LAUNCH_3),
     Fig("08", "c062", r"works it out: (25) %\)", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
@@ -477,7 +488,8 @@ def test_every_figure_has_a_source():
 
 def test_the_scan_sees_figures():
     """The scan finds the forms the prose uses, and leaves sizes and products like 41 × 41 alone."""
-    text = "about 41 ms, 0.4-0.5 ms, 19× faster, 25x, 97.5 %, 7.7 TFLOP/s, 18 times; 41 × 41 grid, 6s and 9s, 128-byte"
+    text = ("about 41 ms, 0.4-0.5 ms, 19× faster, 25x, 97.5 %, 7.7 TFLOP/s, 18 times; "
+            "41 × 41 grid, 6s and 9s, 128-byte")
     assert [m.group(0) for m in FIGURE_RE.finditer(text)] == [
         "41 ms", "0.4-0.5 ms", "19×", "25x", "97.5 %", "7.7 TFLOP/s", "18 times"]
 
