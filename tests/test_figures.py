@@ -317,6 +317,8 @@ FIGURES = [
     Fig("06", "c016", r"about ([\d.]+) s per epoch on the H200", TORCH_S),
     Fig("06", "c020", r"about ([\d.]+) % test accuracy",
         calc(lambda a: 100 * a, Out("06", "c022", r"test accuracy: ([\d.]+)"))),
+    Fig("06", "c020", r"against ([\d.]+) % for plain SGD",
+        calc(lambda a: 100 * a, Out("06", "c019", r"test accuracy: ([\d.]+)"))),
     Fig("06", "c028", r"At ~(\d+) µs per", LAUNCH_3, tol=0.05),
     Fig("06", "c028", r"~([\d.]+) ms per step", calc(lambda us: 15 * us / 1e3, LAUNCH_3, why="15 launches")),
     Fig("06", "c028", r"~([\d.]+) s of the", calc(lambda us: STEPS * 15 * us / 1e6, LAUNCH_3, why="937 steps")),
