@@ -30,7 +30,7 @@ MAX_THREADS = 1024
 NC_PAD = 16        # classes, padded: at most 16 outputs
 LANES2 = 32        # at most this many lanes split the hidden sum of each logit
 LOG_CELLS = 512    # LANES2 * NC_PAD partial logits (a shared array's size must be a plain constant)
-REGS = 128         # registers per thread at most (ptxas needs 121 for fused_steps_kernel without spilling)
+REGS = 128         # registers per thread at most (fused_steps_kernel would use more: it spills a little)
 THREADS = 512      # threads per block on a GPU: 512 * 128 registers fill one SM's 65,536
 
 _JIT = {} if course.SIMULATOR else dict(max_registers=REGS)

@@ -117,6 +117,38 @@ def batch_mean(x, out=None, stream=0):
     return out
 
 
+WARP = 32  # threads per warp on every NVIDIA GPU so far
+
+
+@cuda.jit
+def sum_shfl_kernel(x, total):
+    """total[0] += sum(x) like sum_kernel, but each warp adds its 32 values with shuffles (registers only); shared
+    memory only combines the warps' sums. Blocks of a multiple of 32 threads, at most 1024. GPU only."""
+    warp_sums = cuda.shared.array(WARP, np.float32)        # one per warp of the block: at most 1024 / 32
+    tid = cuda.threadIdx.x
+    i = cuda.grid(1)
+    v = np.float32(0.0)                                    # past the end of x: 0, but still take part below
+    if i < x.size:
+        v = x[i]
+    d = WARP // 2
+    while d > 0:                                           # 16, 8, 4, 2, 1: lane l adds lane l + d's value
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, d)
+        d //= 2
+    if tid % WARP == 0:
+        warp_sums[tid // WARP] = v                         # lane 0 holds its warp's sum
+    cuda.syncthreads()
+    if tid < WARP:                                         # the first warp adds the warps' sums the same way
+        v = np.float32(0.0)
+        if tid < cuda.blockDim.x // WARP:
+            v = warp_sums[tid]
+        d = WARP // 2
+        while d > 0:
+            v += cuda.shfl_down_sync(0xFFFFFFFF, v, d)
+            d //= 2
+        if tid == 0:
+            cuda.atomic.add(total, 0, v)                   # one atomic per block, as in sum_kernel
+
+
 def cross_entropy(logits, y, probs=None, losses=None, loss=None, stream=0):
     """Softmax + cross-entropy of a batch on the device: logits (B, C) float32, y (B,) int64 or int32 labels.
 

@@ -35,7 +35,7 @@ def sim_note():
 def gpu_time(fn, repeat=10, warmup=2):
     """Median milliseconds of GPU work per call of fn(), which launches GPU work.
 
-    On a GPU: a ~2 ms hold kernel is queued first, then a CUDA event, fn()'s launches and another event. The
+    On a GPU: a hold kernel is queued first, then a CUDA event, fn()'s launches and another event. The
     first event runs when the hold ends, by which time fn()'s kernels are already queued, so the interval is the
     GPU's own time: Python's launch overhead (~25 us per launch) is left out. Without the hold, an idle GPU would
     run the start event at once and then wait for Python, and a 3 us kernel would read as 30 us. In the simulator

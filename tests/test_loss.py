@@ -172,3 +172,14 @@ def test_launchers_refuse_bad_arguments():
         L.batch_mean(cuda.device_array(0, np.float32))
     with pytest.raises(ValueError, match="shape"):
         L.batch_mean(cuda.device_array(4, np.float32), out=cuda.device_array((1, 1), np.float32))
+
+
+@pytest.mark.skipif(course.SIMULATOR, reason="the simulator has no warp shuffles: sum_shfl_kernel runs on a GPU only")
+@pytest.mark.parametrize("n, threads", [(1, 32), (1000, 256), (100_003, 96), (1 << 20, 1024)])
+def test_sum_shfl_kernel_matches_numpy_on_gpu(n, threads):
+    """The warp-shuffle block sum adds to total like sum_kernel, at odd sizes and several multiples of 32."""
+    x = np.random.default_rng(n).random(n, dtype=np.float32)
+    total = cuda.to_device(np.array([1.5], np.float32))              # it adds: the start value must stay
+    L.sum_shfl_kernel[(n + threads - 1) // threads, threads](cuda.to_device(x), total)
+    want = 1.5 + float(np.sum(x, dtype=np.float64))
+    assert abs(total.copy_to_host()[0] - want) <= 1e-5 * want

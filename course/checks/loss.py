@@ -26,6 +26,7 @@ SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 03, as lau
         "float32[:, :], int64[:], float32[:, :], float32[:]",
         "float32[:, :], int32[:], float32[:, :], float32[:]"],
     "course.loss:sum_kernel": ["float32[::1], float32[::1]", "float32[:], float32[:]"],
+    "course.loss:sum_shfl_kernel": ["float32[::1], float32[::1]"],
     "course.loss:zero_kernel": ["float32[::1]", "int32[::1]", "float32[:]"],
     "course.loss:div_kernel": ["float32[::1], float32", "float32[:], float32"],
     "course.loss:count_correct_kernel": ["float32[:, ::1], int64[::1], int32[::1]",

@@ -1,0 +1,585 @@
+"""Every figure the prose quotes has one source, checked (issue 9 item 2, issue 15).
+
+The notebooks' markdown and README.md quote numbers from GPU runs ("41 ms per epoch", "19× faster"). FIGURES lists
+each one: the notebook cell (by its `id`) or README, a regex whose group 1 is the figure as written, where the figure
+comes from, and how close it must be:
+
+- `Out(nb, cell, regex)`: group 1 of `regex` in the saved outputs of code cell `cell` of notebook `nb`;
+- `Json(file, "rows[impl=course_fused].epoch_s")`: a key of notebooks/results/FILE (`list[field=value]` picks the
+  element of a list whose field has that value);
+- `Ptxas(kernel, maxrreg)`: registers or spilled bytes per thread, from `ptxas -v` on the kernel's sm_90 PTX;
+- `Calc(fn, *sources)`: arithmetic on constants, the dataset or other sources;
+- `Spec(key)`: a published figure (H200 data sheet, microbenchmark papers), listed once in SPECS with its origin.
+
+A written figure passes when it equals the source to the precision it is written in ("41" for 40.66), or lies
+within the entry's relative tolerance `tol`. The scan (`test_every_figure_has_a_source`) finds every
+"<number> <unit>" in the prose (ms, µs, s, TFLOP/s, GFLOP, GB/s, TB/s, %, ×, "times"), so a figure cannot enter the
+prose without an entry here.
+
+After the notebooks or the benchmark are re-run on the GPU: `python tests/test_figures.py --update` rewrites every
+figure that left its tolerance with its source's new value (keeping the decimals written) and lists the changes;
+review them (the sentence around a figure may need new words), then commit.
+"""
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+RESULTS = NOTEBOOKS / "results"
+README = "README"
+
+# ------------------------------------------------------------------------------------------------------------------
+# Sources
+# ------------------------------------------------------------------------------------------------------------------
+
+SPECS = {  # published figures, each with its origin; the prose quotes them, the test checks the prose against them
+    "h200_fp32_tflops": (67.0, "NVIDIA H200 data sheet: FP32 (CUDA cores) 67 TFLOPS"),
+    "h200_tf32_dense_tflops": (494.7, "NVIDIA H200 data sheet: TF32 Tensor Core 989 TFLOPS with sparsity, half dense"),
+    "h200_bf16_dense_tflops": (989.5, "NVIDIA H200 data sheet: BF16 Tensor Core 1,979 TFLOPS with sparsity, half "
+                                      "dense"),
+    "h200_hbm_tbs": (4.8, "NVIDIA H200 data sheet: HBM3e 4.8 TB/s"),
+    "smem_over_global_latency": (20.0, "Jia et al., 'Dissecting the NVIDIA Volta GPU architecture via "
+                                       "microbenchmarking'"
+                                       " (2018) and its Turing/Ampere/Hopper sequels: shared memory ~20-30 cycles, "
+                                       "global memory ~400-600"),
+    "sm_max_warps": (64, "CUDA programming guide, compute capability 9.0: 64 resident warps per SM"),
+}
+
+
+def _nb_path(nb):
+    matches = sorted(NOTEBOOKS.glob(f"{nb}*.ipynb"))
+    assert len(matches) == 1, f"notebook {nb!r}: found {matches}"
+    return matches[0]
+
+
+@lru_cache(maxsize=None)
+def _cells(nb):
+    """{cell id: cell} of a notebook (nb: its number, "08", or its stem)."""
+    return {c["id"]: c for c in json.loads(_nb_path(nb).read_text(encoding="utf-8"))["cells"]}
+
+
+def _src(cell):
+    s = cell.get("source", "")
+    return "".join(s) if isinstance(s, list) else s
+
+
+def output_text(nb, cell):
+    """The saved text outputs of a code cell (streams and text/plain), concatenated."""
+    c = _cells(nb)[cell]
+    assert c["cell_type"] == "code", f"{nb} {cell} is not a code cell"
+    parts = []
+    for o in c.get("outputs", []):
+        if o.get("output_type") == "stream":
+            parts.append("".join(o["text"]) if isinstance(o["text"], list) else o["text"])
+        elif "text/plain" in o.get("data", {}):
+            t = o["data"]["text/plain"]
+            parts.append("".join(t) if isinstance(t, list) else t)
+    return "".join(parts)
+
+
+def _number(text):
+    return float(text.replace(",", "").replace("\u2009", ""))
+
+
+@dataclass(frozen=True)
+class Out:
+    nb: str
+    cell: str
+    regex: str
+
+    def value(self):
+        text = output_text(self.nb, self.cell)
+        m = re.search(self.regex, text)
+        assert m, f"notebook {self.nb} cell {self.cell}: no {self.regex!r} in its saved output:\n{text[:2000]}"
+        return _number(m.group(1))
+
+    def __str__(self):
+        return f"output of {self.nb} cell {self.cell}"
+
+
+@dataclass(frozen=True)
+class Json:
+    file: str
+    key: str
+
+    def value(self):
+        data = json.loads((RESULTS / self.file).read_text(encoding="utf-8"))
+        for part in self.key.split("."):
+            m = re.fullmatch(r"(\w+)\[(.+)\]", part)
+            if not m:
+                data = data[part]
+                continue
+            conds = dict(c.split("=", 1) for c in m.group(2).split(","))
+            rows = [r for r in data[m.group(1)] if all(str(r.get(k)) == v for k, v in conds.items())]
+            assert len(rows) == 1, f"{self.file}: {part} matches {len(rows)} elements"
+            data = rows[0]
+        assert isinstance(data, (int, float)), f"{self.file}: {self.key} is {data!r}, not a number"
+        return float(data)
+
+    def __str__(self):
+        return f"{self.file}: {self.key}"
+
+
+@dataclass(frozen=True)
+class Calc:
+    fn: object
+    args: tuple = ()
+    why: str = ""
+
+    def value(self):
+        return float(self.fn(*(a.value() for a in self.args)))
+
+    def __str__(self):
+        return f"arithmetic ({self.why})" + (" on " + ", ".join(map(str, self.args)) if self.args else "")
+
+
+def calc(fn, *args, why=""):
+    return Calc(fn, tuple(args), why)
+
+
+@dataclass(frozen=True)
+class Spec:
+    key: str
+
+    def value(self):
+        return float(SPECS[self.key][0])
+
+    def __str__(self):
+        return SPECS[self.key][1]
+
+
+def find_ptxas():
+    """ptxas from the nvidia-cuda-nvcc wheel numba-cuda[cu12] installs, else from PATH or /usr/local/cuda."""
+    import site
+    for base in site.getsitepackages() + [site.getusersitepackages()]:
+        p = Path(base) / "nvidia" / "cuda_nvcc" / "bin" / "ptxas"
+        if p.exists():
+            return str(p)
+    return shutil.which("ptxas") or next((str(p) for p in Path("/usr/local").glob("cuda*/bin/ptxas")), None)
+
+
+_PTXAS_SCRIPT = r"""
+import sys, numba.cuda.dispatcher as dispatcher
+class _NoDevice:
+    compute_capability = (9, 0)
+dispatcher.get_current_device = _NoDevice
+import importlib, course
+from numba import cuda, types
+from course.compile import all_signatures
+key = sys.argv[1]
+mod, name = key.split(":")
+sig = all_signatures()[key][0]
+names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
+ptx, _ = cuda.compile_ptx(getattr(importlib.import_module(mod), name).py_func, eval(f"({sig},)", {}, names), cc=(9, 0))
+sys.stdout.write(ptx)
+"""
+
+
+@lru_cache(maxsize=None)
+def kernel_ptx(kernel):
+    """sm_90 PTX of a course kernel ("course.fused:fused_steps_kernel") at its first SIGNATURES entry, compiled in a
+    subprocess (this one runs the simulator, which cannot compile)."""
+    env = {**os.environ, "COURSE_DEVICE": "gpu", "NUMBA_ENABLE_CUDASIM": "0", "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", _PTXAS_SCRIPT, kernel], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+@lru_cache(maxsize=None)
+def ptxas_report(kernel, maxrreg):
+    """(registers, spill store bytes) per thread of a course kernel, by `ptxas -v` (capped at maxrreg if not 0)."""
+    ptxas = find_ptxas()
+    if ptxas is None:
+        pytest.skip("ptxas not found (numba-cuda[cu12] brings it on Linux)")
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = Path(tmp) / "k.ptx"
+        ptx.write_text(kernel_ptx(kernel))
+        cmd = [ptxas, "-v", "-arch=sm_90", "-c", str(ptx), "-o", str(Path(tmp) / "k.o")]
+        if maxrreg:
+            cmd[1:1] = ["--maxrregcount", str(maxrreg)]
+        rep = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr
+    regs = int(re.search(r"Used (\d+) registers", rep.stderr).group(1))
+    spill = int(re.search(r"(\d+) bytes spill stores", rep.stderr).group(1))
+    return regs, spill
+
+
+@dataclass(frozen=True)
+class Ptxas:
+    kernel: str
+    maxrreg: int = 0
+    field: str = "registers"
+
+    def value(self):
+        regs, spill = ptxas_report(self.kernel, self.maxrreg)
+        return regs if self.field == "registers" else spill
+
+    def __str__(self):
+        cap = f" --maxrregcount {self.maxrreg}" if self.maxrreg else ""
+        return f"ptxas -v{cap} on {self.kernel} (sm_90): {self.field}"
+
+
+@lru_cache(maxsize=None)
+def mnist_blank_pixels():
+    """(pixels 0 in every training image, of them on the outer ring, ring size, off the ring)."""
+    import numpy as np
+    from course.data import load_mnist
+    X = load_mnist()[0]
+    blank = (X.max(axis=0) == 0).reshape(28, 28)
+    ring = np.ones((28, 28), bool)
+    ring[1:-1, 1:-1] = False
+    return int(blank.sum()), int((blank & ring).sum()), int(ring.sum()), int((blank & ~ring).sum())
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The registry: one entry per figure in the prose
+# ------------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fig:
+    where: str        # notebook number ("08") or README
+    cell: str         # markdown cell id ("" for README)
+    phrase: str       # regex, spaces match any whitespace; group 1 is the figure
+    source: object
+    tol: float = 0.0  # relative tolerance beyond the precision the figure is written in
+
+
+BENCH = "bench-h200.json"
+FUSED_S = Json(BENCH, "rows[impl=course_fused].epoch_s")
+TORCH_S = Json(BENCH, "rows[impl=pytorch_eager].epoch_s")
+SPEEDUP_08 = Out("08", "c058", r"speed-up ([\d.]+)x")
+LAUNCH_3 = Out("08", "c007", r"3 arrays\s*:\s*([\d.]+) µs")        # a launch with three array arguments
+LAUNCH_0 = Out("08", "c007", r"no argument\s*:\s*([\d.]+) µs")
+PLAIN_EPOCH_06 = Out("06", "c029", r"SGD, H128\s+([\d.]+) s per epoch")
+LADDER = lambda name: Out("08", "c054", re.escape(name) + r"\s+([\d.]+) µs per step")  # noqa: E731
+LADDER_TF = lambda name: Out("08", "c028", r"4096² × 4096\s+" + re.escape(name) + r"\s+([\d.]+) TFLOP")  # noqa
+STEP_WALL = Out("08", "c015", r"whole step\s+([\d.]+) µs")
+FP32_MS = Out("08", "c019", r"at FP32 peak: ([\d.]+) ms")
+FUSED_MS_08 = Out("08", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
+PLAIN_MS_08 = Out("08", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
+MB_IMAGES = 60000 * 784 * 4
+STEPS = 60000 // 64
+PARAMS = 784 * 128 + 128 + 128 * 10 + 10
+
+FIGURES = [
+    # --- 01 ---
+    Fig("01", "c012", r"stopped at (80)%", calc(lambda: 80, why="an illustration, not a measurement")),
+    Fig("01", "c028", r"pixels, (4) times fewer bytes", calc(lambda: 4 / 1, why="float32 is 4 bytes, uint8 one")),
+    Fig("01", "c025", r"(67) of the 784", calc(lambda: mnist_blank_pixels()[0], why="MNIST's training images")),
+    Fig("01", "c025", r"(51) of the 108", calc(lambda: mnist_blank_pixels()[1], why="MNIST's training images")),
+    Fig("01", "c025", r"of the (108) on the outer ring", calc(lambda: mnist_blank_pixels()[2], why="28·4 - 4")),
+    Fig("01", "c025", r"and (16) more", calc(lambda: mnist_blank_pixels()[3], why="MNIST's training images")),
+    Fig("01", "c054", r"runs at ([\d.]+) TB/s", Spec("h200_hbm_tbs")),
+    # --- 02 ---
+    Fig("02", "c000", r"is used (16) times", calc(lambda: 16, why="16×16 tiles")),
+    Fig("02", "c011", r"now reused (16) times", calc(lambda: 16, why="16×16 tiles")),
+    Fig("02", "c027", r"is reused (16) times from shared", calc(lambda: 16, why="16×16 tiles")),
+    Fig("02", "c000", r"\(([\d.]+) MFLOP\)", calc(lambda: 2 * 64 * 784 * 128 / 1e6, why="2·B·784·H")),
+    Fig("02", "c011", r"\(the GPU's HBM:\s+([\d.]+) TB/s", Spec("h200_hbm_tbs")),
+    Fig("02", "c011", r"some (20)× lower latency", Spec("smem_over_global_latency")),
+    Fig("02", "c024", r"about\s+(67) TFLOP/s in plain FP32", Spec("h200_fp32_tflops")),
+    Fig("02", "c024", r"cuBLAS reaches about (51) TFLOP/s", LADDER_TF("cuBLAS")),
+    Fig("02", "c024", r"about (495) TFLOP/s in TF32", Spec("h200_tf32_dense_tflops"), tol=0.01),
+    Fig("02", "c027", r"far smaller than (8)×", calc(lambda: 32 / 4, why="32 sectors instead of 4")),
+    Fig("02", "c027", r"([\d.]+) MFLOP would take", calc(lambda: 2 * 64 * 784 * 128 / 1e6, why="2·B·784·H")),
+    Fig("02", "c027", r"the ~(25) µs it costs Python", LAUNCH_3, tol=0.1),
+    # --- 03 ---
+    Fig("03", "c016", r"\(every (5) ms by default\)", calc(lambda: sys.getswitchinterval() * 1e3,
+                                                           why="sys.getswitchinterval()")),
+    Fig("03", "c033", r"about (10)% accuracy", calc(lambda: 100 / 10, why="one class in ten")),
+    Fig("03", "c040", r"the H200's ([\d.]+) TB/s", Spec("h200_hbm_tbs")),
+    # --- 05 ---
+    Fig("05", "c026", r"about \*\*(\d+)\s+µs\*\*",
+        Out("05", "c024", r"the bare launch, no argument checks\s+([\d.]+) us")),
+    Fig("05", "c026", r"= 1.2 MB, about ([\d.]+) µs",
+        calc(lambda hbm: PARAMS * 12 / (hbm * 1e12) * 1e6, Spec("h200_hbm_tbs"), why="12 bytes per parameter")),
+    Fig("05", "c026", r"about [\d.]+ µs at the H200's ([\d.]+) TB/s", Spec("h200_hbm_tbs")),
+    Fig("05", "c026", r"12 bytes per parameter at ([\d.]+) TB/s", Spec("h200_hbm_tbs")),
+    Fig("05", "c029", r"that is (2)% per step", calc(lambda: 100 * 2 / 100, why="1 - (1 - 2/100)")),
+    Fig("05", "c049", r"(100) times steeper", calc(lambda: 100 / 1, why="the curvatures 100 and 1")),
+    Fig("05", "c049", r"\(([\d.]+)% closer per step\)", calc(lambda: 100 * 0.019 * 1, why="lr · smallest curvature")),
+    # --- 06 ---
+    Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)", Json(BENCH, "rows[impl=pytorch_eager].test_acc")),
+    Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)",
+        Out("06", "c017", r"epoch  3 .*?test accuracy (0\.\d+)")),
+    Fig("06", "c016", r"about ([\d.]+) s per epoch on the H200", TORCH_S),
+    Fig("06", "c020", r"about ([\d.]+) % test accuracy",
+        calc(lambda a: 100 * a, Out("06", "c022", r"test accuracy: ([\d.]+)"))),
+    Fig("06", "c020", r"against ([\d.]+) % for plain SGD",
+        calc(lambda a: 100 * a, Out("06", "c019", r"test accuracy: ([\d.]+)"))),
+    Fig("06", "c028", r"At ~(\d+) µs per", LAUNCH_3, tol=0.05),
+    Fig("06", "c028", r"~([\d.]+) ms per step", calc(lambda us: 15 * us / 1e3, LAUNCH_3, why="15 launches")),
+    Fig("06", "c028", r"~([\d.]+) s of the", calc(lambda us: STEPS * 15 * us / 1e6, LAUNCH_3, why="937 steps")),
+    Fig("06", "c028", r"of the ([\d.]+) s an epoch", PLAIN_EPOCH_06),
+    Fig("06", "c030", r"ends at ([\d.]+) % test",
+        calc(lambda a: 100 * a, Out("06", "c031", r"Fashion-MNIST test accuracy: ([\d.]+)"))),
+    # --- 07 ---
+    Fig("07", "c009", r"curvature (25) times smaller", Out("07", "c004", r"ratio (\d+)")),
+    Fig("07", "c009", r"step there is (25) times too short", Out("07", "c004", r"ratio (\d+)")),
+    Fig("07", "c009", r"up to (10)× the step", calc(lambda: 1 / (1 - 0.9), why="1 / (1 - mu)")),
+    Fig("07", "c052", r"\\approx\$ (81) %", calc(lambda: 100 * 8 / math.pi ** 2, why="8/pi^2")),
+    Fig("07", "c052", r"\\approx\$ (9) %", calc(lambda: 100 * 8 / (9 * math.pi ** 2), why="8/(9 pi^2)")),
+    Fig("07", "c052", r"the paper's (61) %", calc(lambda: 100 * 6 / math.pi ** 2, why="6/pi^2")),
+    Fig("07", "c052", r"the paper's 61 % and (15) %", calc(lambda: 100 * 6 / (4 * math.pi ** 2), why="6/(4 pi^2)")),
+    # --- 08 ---
+    Fig("08", "c000", r"a training loop (\d+)× faster", SPEEDUP_08),
+    Fig("08", "c000", r"in about ([\d.]+) s per epoch on an H200", PLAIN_EPOCH_06),
+    Fig("08", "c000", r"\(([\d.]+) s per epoch in the course's benchmark\)", TORCH_S),
+    Fig("08", "c000", r"about (\d+) GFLOP of useful", Out("08", "c019", r"epoch: ([\d.]+) GFLOP"), tol=0.02),
+    Fig("08", "c000", r"rule of thumb says ([\d.]+) GFLOP", Out("08", "c019", r"6·P·N: ([\d.]+)\)")),
+    Fig("08", "c008", r"about (\d+) µs with no argument", LAUNCH_0),
+    Fig("08", "c008", r"and (\d+) µs with three arrays", LAUNCH_3),
+    Fig("08", "c008", r"about ([\d.]+) ms per step just to launch",
+        calc(lambda us: 15 * us / 1e3, LAUNCH_3, why="15 launches")),
+    Fig("08", "c008", r"about\s+([\d.]+) s of an epoch",
+        calc(lambda us: STEPS * 15 * us / 1e6, LAUNCH_3, why="937 steps")),
+    Fig("08", "c010", r"\(([\d.]+) ms in the saved run", Out("08", "c009", r"no synchronize:\s+([\d.]+) ms")),
+    Fig("08", "c010", r"about (\d+) ms for the tiled v2", Out("08", "c009", r"cuda.synchronize\(\):\s+([\d.]+) ms")),
+    Fig("08", "c010", r"at 4096², ([\d.]+) TFLOP/s", LADDER_TF("v2 tiled")),
+    Fig("08", "c010", r"waits ~(\d+) µs for Python", LAUNCH_3, tol=0.1),
+    Fig("08", "c018", r"(\d+) µs for 15 launches", STEP_WALL),
+    Fig("08", "c018", r"about (\d+) µs per launch", calc(lambda us: us / 15, STEP_WALL, why="the step / 15")),
+    Fig("08", "c018", r"against (\d+) µs of GPU work", Out("08", "c015", r"sum of kernels\s+([\d.]+) µs")),
+    Fig("08", "c020", r"much cheaper\), (937) times", calc(lambda: STEPS, why="60,000 // 64")),
+    Fig("08", "c020", r"global memory is used (16) times", calc(lambda: 16, why="16×16 tiles")),
+    Fig("08", "c020", r"The arithmetic needs about ([\d.]+) ms", FP32_MS, tol=0.1),
+    Fig("08", "c020", r"less than ([\d.]+) ms, and", Out("08", "c019", r"at HBM bandwidth: ([\d.]+) ms"), tol=0.1),
+    Fig("08", "c020", r"take about ([\d.]+) ms", calc(lambda hbm: MB_IMAGES / (hbm * 1e12) * 1e3, Spec("h200_hbm_tbs"),
+                                                       why="188 MB of images at HBM bandwidth")),
+    Fig("08", "c020", r"a launch of\s+~(\d+) µs from Python", LAUNCH_3),
+    Fig("08", "c020", r"\(([\d.]+) TFLOP/s at 4096²\); v2", LADDER_TF("v1 naive")),
+    Fig("08", "c020", r"used 16 times \(([\d.]+) TFLOP/s\)", LADDER_TF("v2 tiled")),
+    Fig("08", "c020", r"can: (\d+) registers per thread", Ptxas("course.perf:matmul_v3_kernel")),
+    Fig("08", "c020", r"registers per thread, (\d+) bytes spilled",
+        Ptxas("course.perf:matmul_v3_kernel", field="spill")),
+    Fig("08", "c030", r"each global load (128) times", calc(lambda: 128, why="128×128 tiles")),
+    Fig("08", "c030", r"product is (13) MFLOP", calc(lambda: 2 * 64 * 784 * 128 / 1e6, why="2·64·784·128")),
+    Fig("08", "c030", r"about\s+(67) TFLOP/s", Spec("h200_fp32_tflops")),
+    Fig("08", "c030", r"about (495) TFLOP/s dense", Spec("h200_tf32_dense_tflops"), tol=0.01),
+    Fig("08", "c030", r"about (990) TFLOP/s in BF16", Spec("h200_bf16_dense_tflops"), tol=0.01),
+    Fig("08", "c038", r"gives `fused_steps_kernel` (\d+) registers", Ptxas("course.fused:fused_steps_kernel")),
+    Fig("08", "c038", r"it spills (\d+) bytes", Ptxas("course.fused:fused_steps_kernel", 128, "spill")),
+    Fig("08", "c038", r"an \*\*occupancy\*\* of (\d+) %",
+        calc(lambda w: 100 * (512 // 32) / w, Spec("sm_max_warps"), why="16 warps of 64")),
+    Fig("08", "c062", r"about ([\d.]+) ms per step for the plain loop",
+        calc(lambda us: us / 1e3, LADDER("plain (15 launches/step)"))),
+    Fig("08", "c062", r"about (\d+) µs each with", calc(lambda us: us / 15, LADDER("plain (15 launches/step)"))),
+    Fig("08", "c062", r"section 2's (\d+) µs", calc(lambda us: us / 15, STEP_WALL, why="the step / 15")),
+    Fig("08", "c062", r"([\d.]+) ms with 9 launches", calc(lambda us: us / 1e3, LADDER("merged (9 launches/step)"))),
+    Fig("08", "c062", r"about ([\d.]+) ms with two launches",
+        calc(lambda us: us / 1e3, LADDER("fused phases (2/step)"))),
+    Fig("08", "c062", r"([\d.]+) ms with one cooperative launch per step",
+        calc(lambda us: us / 1e3, LADDER("fused step (1 cooperative/step)"))),
+    Fig("08", "c062", r"about (\d+) µs for two phases", LADDER("fused epoch (1/epoch)")),
+    Fig("08", "c062", r"takes ([\d.]+) ms per epoch against", FUSED_MS_08),
+    Fig("08", "c062", r"against ([\d.]+) ms for the plain\s+loop", PLAIN_MS_08),
+    Fig("08", "c062", r"loop: (\d+)× faster", SPEEDUP_08),
+    Fig("08", "c062", r"it is (\d+)×\s+faster than PyTorch", calc(lambda t, f: t / f, TORCH_S, FUSED_S)),
+    Fig("08", "c062", r"\((\d+) ms per epoch\)", calc(lambda t: t * 1e3, TORCH_S)),
+    Fig("08", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
+    Fig("08", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_08, FP32_MS), tol=0.05),
+    Fig("08", "c062", r"\((1,873) per epoch",
+        calc(lambda: 2 * STEPS - 1, why="two barriers per step, none after the last")),
+    Fig("08", "c062", r"small part of a (41) µs step", LADDER("fused epoch (1/epoch)")),
+    Fig("08", "c062", r"by a launch \(~(\d+) µs\)", LAUNCH_3),
+    Fig("08", "c062", r"works it out: (25) %\)", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
+    # --- README ---
+    Fig(README, "", r"trains an epoch in about (\d+) ms", calc(lambda s: s * 1e3, FUSED_S)),
+    Fig(README, "", r"(\d+) ms for PyTorch eager", calc(lambda s: s * 1e3, TORCH_S)),
+]
+
+# ------------------------------------------------------------------------------------------------------------------
+# Reading the prose
+# ------------------------------------------------------------------------------------------------------------------
+
+UNITS = r"(?:[ \u00a0\n]?(?:ms|µs|us|ns|TFLOP/s|GFLOP/s|GFLOP|MFLOP|GB/s|TB/s|%)|[ \u00a0\n](?:s|times))"
+NUM = r"\d[\d,]*(?:\.\d+)?"
+FIGURE_RE = re.compile(  # a number (or a range a-b) and a unit; "19×" / "19x" only when attached to the number
+    rf"(?<![\w.,])(?:{NUM}(?:\s?[-–]\s?{NUM})?{UNITS}(?![\w/])|{NUM}[×x](?![\w\d]))")
+
+
+def prose():
+    """[(where, cell id, markdown text)] for every notebook's markdown cells and README.md."""
+    out = [(README, "", (ROOT / "README.md").read_text(encoding="utf-8"))]
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        nb = path.name[:2]
+        out += [(nb, c["id"], _src(c)) for c in _cells(nb).values() if c["cell_type"] == "markdown"]
+    return out
+
+
+def prose_text(where, cell):
+    if where == README:
+        return (ROOT / "README.md").read_text(encoding="utf-8")
+    c = _cells(where)[cell]
+    assert c["cell_type"] == "markdown", f"{where} {cell} is not a markdown cell"
+    return _src(c)
+
+
+def locate(fig, text=None):
+    """The single match of fig.phrase in its cell (spaces in the phrase match any whitespace)."""
+    text = prose_text(fig.where, fig.cell) if text is None else text
+    pattern = re.compile(re.sub(r"(?<!\\) ", r"\\s+", fig.phrase))
+    found = list(pattern.finditer(text))
+    assert len(found) == 1, (f"{fig.where} {fig.cell or 'README.md'}: {fig.phrase!r} matches {len(found)} times "
+                             "(it must match once: make the phrase longer, or update the registry)")
+    return found[0]
+
+
+def decimals(written):
+    return len(written.split(".")[1]) if "." in written else 0
+
+
+def agrees(written, value, tol):
+    """True when the written figure is the value to the written precision, or within tol (relative)."""
+    w = _number(written)
+    return abs(w - value) <= 0.5 * 10 ** -decimals(written) * (1 + 1e-9) or abs(w - value) <= tol * abs(value)
+
+
+def fmt_like(written, value):
+    d = decimals(written)
+    s = f"{value:,.{d}f}" if "," in written else f"{value:.{d}f}"
+    return s
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Tests
+# ------------------------------------------------------------------------------------------------------------------
+
+def _id(fig):
+    return f"{fig.where}-{fig.cell or 'md'}-{fig.phrase[:40]}"
+
+
+@pytest.mark.parametrize("fig", FIGURES, ids=[_id(f) for f in FIGURES])
+def test_figure_agrees_with_its_source(fig):
+    m = locate(fig)
+    value = fig.source.value()
+    assert agrees(m.group(1), value, fig.tol), (
+        f"{fig.where} {fig.cell or 'README.md'}: the prose says {m.group(0)!r} but {fig.source} gives {value:.6g} "
+        f"(tolerance: the written precision, or {fig.tol:.0%}). After a re-run on the GPU: "
+        "python tests/test_figures.py --update")
+
+
+def test_every_figure_has_a_source():
+    """Each "<number> <unit>" of the prose lies inside the figure of a FIGURES entry: none is quoted unchecked."""
+    claimed = {}
+    for fig in FIGURES:
+        m = locate(fig)
+        claimed.setdefault((fig.where, fig.cell), []).append(m.span(1))
+    loose = []
+    for where, cell, text in prose():
+        spans = claimed.get((where, cell), [])
+        for m in FIGURE_RE.finditer(text):
+            if not any(a < m.end() and m.start() < b for a, b in spans):
+                context = text[max(0, m.start() - 50):m.end() + 20].replace("\n", " ")
+                loose.append(f"{where} {cell or 'README.md'}: {m.group(0)!r} in '...{context}...'")
+    assert not loose, ("figures in the prose with no source in tests/test_figures.py FIGURES (add an entry: the saved "
+                       "output or results JSON it comes from, or the arithmetic / data sheet):\n" + "\n".join(loose))
+
+
+def test_the_scan_sees_figures():
+    """The scan finds the forms the prose uses, and leaves sizes and products like 41 × 41 alone."""
+    text = ("about 41 ms, 0.4-0.5 ms, 19× faster, 25x, 97.5 %, 7.7 TFLOP/s, 18 times; "
+            "41 × 41 grid, 6s and 9s, 128-byte")
+    assert [m.group(0) for m in FIGURE_RE.finditer(text)] == [
+        "41 ms", "0.4-0.5 ms", "19×", "25x", "97.5 %", "7.7 TFLOP/s", "18 times"]
+
+
+def test_a_wrong_figure_fails():
+    """A figure that drifted from its source fails; one written to its precision passes."""
+    assert agrees("41", 40.66, 0) and agrees("0.79", 0.7949, 0) and agrees("1,873", 1873, 0)
+    assert not agrees("40", 19.4, 0) and not agrees("18", 19.4, 0) and not agrees("0.6", 0.79, 0.1)
+    assert agrees("25", 26.1, 0.1) and not agrees("27", 23.7, 0.1)
+
+
+def test_sources_resolve():
+    """The source kinds read what they say: a cell's output by id, a JSON key by selector."""
+    assert Out("08", "c016", r"launches per plain step: (\d+)").value() == 15
+    assert Json(BENCH, "config.batch_size").value() == 64
+    with pytest.raises(AssertionError):
+        Json(BENCH, "rows[impl=no_such_row].epoch_s").value()
+    with pytest.raises(AssertionError):
+        Out("08", "c016", r"no such text (\d+)").value()
+
+
+def test_update_rewrites_a_drifted_figure(tmp_path, monkeypatch):
+    """--update puts a figure that drifted back to its source's value and leaves every other byte alone."""
+    mod = sys.modules[__name__]
+    shutil.copytree(NOTEBOOKS, tmp_path / "notebooks", ignore=shutil.ignore_patterns("exercises"))
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    monkeypatch.setattr(mod, "ROOT", tmp_path)
+    monkeypatch.setattr(mod, "NOTEBOOKS", tmp_path / "notebooks")
+    monkeypatch.setattr(mod, "RESULTS", tmp_path / "notebooks" / "results")
+    monkeypatch.setattr(mod, "FIGURES", [f for f in FIGURES if not isinstance(f.source, Ptxas)])
+    _cells.cache_clear()
+    try:
+        path = _nb_path("08")
+        good = path.read_text(encoding="utf-8")
+        title = locate(FIGURES[[f.phrase for f in FIGURES].index(r"a training loop (\d+)× faster")])
+        wrong = good.replace(f"a training loop {title.group(1)}× faster", "a training loop 40× faster")
+        assert wrong != good
+        path.write_text(wrong, encoding="utf-8")
+        readme = (tmp_path / "README.md").read_text(encoding="utf-8")
+        _cells.cache_clear()
+        assert update() == 1
+        assert path.read_text(encoding="utf-8") == good
+        assert (tmp_path / "README.md").read_text(encoding="utf-8") == readme
+    finally:
+        _cells.cache_clear()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# --update: rewrite drifted figures from their sources
+# ------------------------------------------------------------------------------------------------------------------
+
+def update():
+    """Rewrite each figure that left its tolerance; print what changed. Returns the number of changes."""
+    from course.nbtools import dumps
+    changes = 0
+    by_file = {}
+    for fig in FIGURES:
+        by_file.setdefault(fig.where, []).append(fig)
+    for where, figs in by_file.items():
+        if where == README:
+            texts = {"": (ROOT / "README.md").read_text(encoding="utf-8")}
+        else:
+            nb = json.loads(_nb_path(where).read_text(encoding="utf-8"))
+            cells = {c["id"]: c for c in nb["cells"]}
+            texts = {f.cell: _src(cells[f.cell]) for f in figs}
+        for fig in figs:
+            text = texts[fig.cell]
+            m = locate(fig, text)
+            value = fig.source.value()
+            if agrees(m.group(1), value, fig.tol):
+                continue
+            new = fmt_like(m.group(1), value)
+            print(f"{where} {fig.cell or 'README.md'}: {m.group(0)!r}: {m.group(1)} -> {new}  ({fig.source})")
+            texts[fig.cell] = text[:m.start(1)] + new + text[m.end(1):]
+            changes += 1
+        if where == README:
+            (ROOT / "README.md").write_text(texts[""], encoding="utf-8")
+        else:
+            for cid, text in texts.items():
+                cells[cid]["source"] = text.splitlines(keepends=True)
+            _nb_path(where).write_text(dumps(nb), encoding="utf-8")
+    _cells.cache_clear()
+    return changes
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update"]:
+        sys.exit("usage: python tests/test_figures.py --update   (checking: pytest tests/test_figures.py)")
+    sys.path.insert(0, str(ROOT))
+    n = update()
+    print(f"{n} figure(s) rewritten" + ("; now run python -m course exercises, and read the sentences" if n else ""))
