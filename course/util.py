@@ -27,3 +27,26 @@ def require(name, a, dtype=None, ndim=None, shape=None):
         raise ValueError(f"{name} must be C-contiguous (a slice with steps or a transpose is not): "
                          "copy it into a fresh device array first")
     return a
+
+
+def _span(a):
+    """[first, last + 1) byte addresses of a C-contiguous array: its device pointer, or host memory in the simulator."""
+    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__  # the simulator wraps numpy
+    start = iface["data"][0]
+    return start, start + a.size * a.dtype.itemsize
+
+
+def require_apart(name, out, **inputs):
+    """Raise ValueError if the output `out` shares memory with any of `inputs` (name=array; None is skipped).
+
+    A kernel reads its inputs while other threads write its output: an output over an input gives wrong numbers,
+    silently. Launchers call this after `require` (which makes the arrays contiguous, so a span is exact)."""
+    lo, hi = _span(out)
+    for other, a in inputs.items():
+        if a is None:
+            continue
+        a_lo, a_hi = _span(a)
+        if lo < a_hi and a_lo < hi:
+            raise ValueError(f"{name} and {other} share memory: an output must not overlap an input "
+                             "(pass a separate array)")
+    return out
