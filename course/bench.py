@@ -13,7 +13,6 @@ first touch), epoch_s is the median of the others, test_acc is measured after th
   pytorch_eager        torch.nn, the same initial parameters copied in, on CUDA when available (skipped with a note
                        when torch cannot be imported)
 """
-import json
 import math
 import platform
 import sys
@@ -208,7 +207,6 @@ def run(args, error):
                   config=dict(cfg, lr=LR, seed=SEED, n_train=len(data[0]), n_test=len(data[2]),
                               pixels=data[0].shape[1]),
                   rows=rows)
-    if out is not None:
-        out.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {out}")
-    return 1 if any(r.get("failed") for r in rows) else 0
+    from course.cli import write_json  # never loses the results: a file elsewhere, or stdout, if out fails
+    unwritten = out is not None and write_json(out, result)
+    return 1 if unwritten or any(r.get("failed") for r in rows) else 0
