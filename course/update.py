@@ -43,13 +43,13 @@ def _number(name, x, low, high=math.inf, low_ok=False):
     try:
         value = float(x)
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{name} must be a number (a float32), got {type(x).__name__}") from None
+        raise ValueError(f"{name} must be a number, got {type(x).__name__}") from None
     with np.errstate(over="ignore"):
         f32 = np.float32(value)
     for v, note in ((value, ""), (float(f32), f" (it is {float(f32):g} in float32)")):
         if not ((low <= v if low_ok else low < v) and v < high):  # NaN fails this too
             interval = f"{'[' if low_ok else '('}{low:g}, {high:g})"
-            raise ValueError(f"{name} must lie in {interval}, got {value:g}{note}")
+            raise ValueError(f"{name} must lie in {interval}, got {x!r}{note}")
     return f32
 
 
