@@ -161,6 +161,11 @@ def unreadable(path):
         return f"{path}: not a notebook (not JSON: {' '.join(str(e).split())})"
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         return f"{path}: not a notebook (JSON without a list of cells)"
+    import nbformat
+    try:
+        nbformat.reads(json.dumps(nb), as_version=4)
+    except Exception as e:  # nbformat's own reasons: a missing version, an unknown cell type, ...
+        return f"{path}: not a notebook nbformat can read ({' '.join(str(e).split())[:200]})"
     return None
 
 

@@ -72,6 +72,7 @@ def dataset(root, n_train, n_test, seed=0):
     (["execute", "{tmp}/missing.ipynb"], "no such notebook"),
     (["execute", "{tmp}/text.ipynb"], "not a notebook (not JSON"),
     (["execute", "{tmp}/list.ipynb"], "not a notebook (JSON without a list of cells)"),
+    (["execute", "{tmp}/cells.ipynb"], "not a notebook nbformat can read"),
     (["download", "--root", "{tmp}/text.ipynb"], "is a file, not a directory"),
     (["download", "--root", "{tmp}/text.ipynb/sub"], "cannot create --root"),
     (["download", "--root", "{tmp}/d", "--mirror", "notaurl"], "not an http:// or https:// URL"),
@@ -82,6 +83,7 @@ def dataset(root, n_train, n_test, seed=0):
 def test_bad_arguments_get_one_line_and_exit_2(capsys, tmp_path, args, says):
     (tmp_path / "text.ipynb").write_text("print('hello')\n")
     (tmp_path / "list.ipynb").write_text("[1, 2]\n")
+    (tmp_path / "cells.ipynb").write_text('{"cells": [], "nbformat": 99}\n')
     rc, out, err = cli(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in args])
     assert rc == 2 and err.count("\n") == 1 and says in err, err
     assert "Traceback" not in err and BANNER not in err and out == ""
