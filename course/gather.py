@@ -36,7 +36,7 @@ def gather(X, idx, out=None):
     if out is None:
         out = cuda.device_array((idx.shape[0], X.shape[1]), np.float32)
     require("out", out, np.float32, shape=(idx.shape[0], X.shape[1]))
-    require_apart("out", out, X=X, idx=idx)
+    require_apart({"out": out}, X=X, idx=idx)
     grid = (cdiv(out.shape[1], BLOCK[0]), cdiv(out.shape[0], BLOCK[1]))
     if out.size:
         gather_kernel[grid, BLOCK](X, idx, out)
@@ -60,7 +60,7 @@ def gather_labels(y, idx, out=None):
     if out is None:
         out = cuda.device_array(idx.shape[0], y.dtype)
     require("out", out, y.dtype, shape=(idx.shape[0],))
-    require_apart("out", out, y=y, idx=idx)
+    require_apart({"out": out}, y=y, idx=idx)
     if out.size:
         gather1d_kernel[cdiv(out.shape[0], 256), 256](y, idx, out)
     return out

@@ -102,7 +102,7 @@ def column_sums(A, out):
     """out (N,) = A (M, N) summed over rows, on the device."""
     require("A", A, np.float32, ndim=2)
     require("out", out, np.float32, shape=(A.shape[1],))
-    require_apart("out", out, A=A)
+    require_apart({"out": out}, A=A)
     colsum_kernel[cdiv(A.shape[1], COLS), (COLS, LANES)](A, out)
     return out
 
@@ -112,7 +112,7 @@ def matmul_tn(A, B, out):
     require("A", A, np.float32, ndim=2)
     require("B", B, np.float32, shape=(A.shape[0], None))
     require("out", out, np.float32, shape=(A.shape[1], B.shape[1]))
-    require_apart("out", out, A=A, B=B)
+    require_apart({"out": out}, A=A, B=B)
     matmul_tn_kernel[_grid2(*out.shape), BLOCK](A, B, out)
     return out
 
@@ -145,10 +145,8 @@ def mlp_backward(X, y, H, probs, W2, grads, work=None):
         dZ1 = work["dZ1"] = cuda.device_array(H.shape, np.float32)        # (B, hidden)
     require('work["dZ2"]', dZ2, np.float32, shape=tuple(probs.shape))
     require('work["dZ1"]', dZ1, np.float32, shape=tuple(H.shape))
-    inputs = dict(X=X, y=y, H=H, probs=probs, W2=W2)
-    outputs = {'work["dZ2"]': dZ2, 'work["dZ1"]': dZ1, **{f'grads["{k}"]': grads[k] for k in ("W1", "b1", "W2", "b2")}}
-    for i, (name, a) in enumerate(outputs.items()):  # no output over an input, nor over another output
-        require_apart(name, a, **inputs, **dict(list(outputs.items())[:i]))
+    named_grads = {f'grads["{k}"]': grads[k] for k in ("W1", "b1", "W2", "b2")}
+    require_apart({'work["dZ2"]': dZ2, 'work["dZ1"]': dZ1, **named_grads}, X=X, y=y, H=H, probs=probs, W2=W2)
     dlogits_kernel[_grid2(*dZ2.shape), BLOCK](probs, y, dZ2)    # (B, 10)
     matmul_tn(H, dZ2, grads["W2"])                              # (hidden, B) @ (B, 10) -> (hidden, 10)
     column_sums(dZ2, grads["b2"])                               # (10,)

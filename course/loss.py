@@ -107,7 +107,7 @@ def batch_mean(x, out=None):
     if out is None:
         out = cuda.device_array(1, np.float32)
     require("out", out, np.float32, shape=(1,))
-    require_apart("out", out, x=x)
+    require_apart({"out": out}, x=x)
     n = x.shape[0]
     zero_kernel[1, 1](out)                                # the accumulator starts at 0, on every call
     sum_kernel[cdiv(n, THREADS), THREADS](x, out)         # (n,) -> (1,): one partial per block, added atomically
@@ -137,9 +137,7 @@ def cross_entropy(logits, y, probs=None, losses=None, loss=None):
     require("probs", probs, np.float32, shape=(B, C))
     require("losses", losses, np.float32, shape=(B,))
     require("loss", loss, np.float32, shape=(1,))
-    require_apart("probs", probs, logits=logits, y=y)
-    require_apart("losses", losses, logits=logits, y=y, probs=probs)
-    require_apart("loss", loss, logits=logits, y=y, probs=probs, losses=losses)
+    require_apart({"probs": probs, "losses": losses, "loss": loss}, logits=logits, y=y)
     softmax_xent_kernel[cdiv(B, THREADS), THREADS](logits, y, probs, losses)  # (B, C) -> (B, C) and (B,)
     batch_mean(losses, out=loss)                                              # (B,) -> (1,)
     return loss, probs
@@ -173,7 +171,7 @@ def count_correct(logits, y, out=None):
     if out is None:
         out = cuda.device_array(1, np.int32)
     require("out", out, np.int32, shape=(1,))
-    require_apart("out", out, logits=logits, y=y)
+    require_apart({"out": out}, logits=logits, y=y)
     zero_kernel[1, 1](out)                                # the counter starts at 0, on every call
     if B:
         count_correct_kernel[cdiv(B, THREADS), THREADS](logits, y, out)

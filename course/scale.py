@@ -31,7 +31,7 @@ def scale(x, out=None):
     if out is None:
         out = cuda.device_array(x.shape, np.float32)
     require("out", out, np.float32, shape=tuple(x.shape))
-    require_apart("out", out, x=x)
+    require_apart({"out": out}, x=x)
     n = x.size
     if n:
         scale_kernel[cdiv(n, THREADS), THREADS](x.reshape(n), out.reshape(n))  # flat views: no copy

@@ -57,7 +57,7 @@ def _flat_pair(p, g):
     """Check the parameters and their gradient: flat float32 contiguous device arrays of one length."""
     require("p", p, np.float32, ndim=1)
     require("g", g, np.float32, shape=(p.shape[0],))
-    require_apart("p", p, g=g)                        # p is updated in place from g: they must be two arrays
+    require_apart({"p": p}, g=g)                      # p is updated in place from g: they must be two arrays
 
 
 def sgd(p, g, lr):
@@ -208,7 +208,7 @@ def momentum(p, g, v, lr, mu=0.9):
     """One momentum step in place over flat float32 device arrays: v = mu*v + g; p -= lr*v. Returns p."""
     _flat_pair(p, g)
     require("v", v, np.float32, shape=(p.shape[0],))
-    require_apart("v", v, p=p, g=g)
+    require_apart({"v": v}, p=p, g=g)
     lr, mu = _number("lr", lr, 0.0), _number("mu", mu, 0.0, 1.0, low_ok=True)
     if p.size:
         grid, block = launch_shape(p.size)
@@ -267,8 +267,7 @@ def adam(p, g, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
     _flat_pair(p, g)
     require("m", m, np.float32, shape=(p.shape[0],))
     require("v", v, np.float32, shape=(p.shape[0],))
-    require_apart("m", m, p=p, g=g)
-    require_apart("v", v, p=p, g=g, m=m)
+    require_apart({"m": m, "v": v}, p=p, g=g)
     if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 1 <= t <= MAX_T:
         shown = repr(t) if len(repr(t)) <= 24 else f"an int of {len(str(t))} digits"
         raise ValueError(f"t is the step number, an int from 1 to 2**53, got {shown}")

@@ -31,22 +31,22 @@ def require(name, a, dtype=None, ndim=None, shape=None):
 
 def _span(a):
     """[first, last + 1) byte addresses of a C-contiguous array: its device pointer, or host memory in the simulator."""
-    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__  # the simulator wraps numpy
-    start = iface["data"][0]
+    pointer = getattr(a, "device_ctypes_pointer", None)            # a real device array: cheap
+    start = (pointer.value or 0) if pointer is not None else a.__array_interface__["data"][0]  # the simulator's numpy
     return start, start + a.size * a.dtype.itemsize
 
 
-def require_apart(name, out, **inputs):
-    """Raise ValueError if the output `out` shares memory with any of `inputs` (name=array; None is skipped).
+def require_apart(outputs, **inputs):
+    """Raise ValueError if an output shares memory with an input or with another output.
 
-    A kernel reads its inputs while other threads write its output: an output over an input gives wrong numbers,
-    silently. Launchers call this after `require` (which makes the arrays contiguous, so a span is exact)."""
-    lo, hi = _span(out)
-    for other, a in inputs.items():
-        if a is None:
-            continue
-        a_lo, a_hi = _span(a)
-        if lo < a_hi and a_lo < hi:
-            raise ValueError(f"{name} and {other} share memory: an output must not overlap an input "
-                             "(pass a separate array)")
-    return out
+    `outputs`: {name: array}; `inputs`: name=array (None is skipped). A kernel reads its inputs while other threads
+    write its outputs: an output over an input gives wrong numbers, silently. Launchers call this after `require`
+    (which makes the arrays contiguous, so a span is exact)."""
+    seen = [(name, _span(a)) for name, a in inputs.items() if a is not None]
+    for name, out in outputs.items():
+        lo, hi = _span(out)
+        for other, (a_lo, a_hi) in seen:
+            if lo < a_hi and a_lo < hi:
+                raise ValueError(f"{name} and {other} share memory: an output must not overlap "
+                                 f"{'another output' if other in outputs else 'an input'} (pass a separate array)")
+        seen.append((name, (lo, hi)))

@@ -71,10 +71,12 @@ def test_an_output_over_an_input_is_refused(name, call):
 
 def test_neighbours_in_one_buffer_are_not_an_alias():
     buf = cuda.to_device(np.arange(20, dtype=np.float32))
-    require_apart("out", buf[10:], x=buf[:10])  # adjacent, not overlapping
-    with pytest.raises(ValueError, match="out and x share memory"):
-        require_apart("out", buf[9:], x=buf[:10])
-    require_apart("out", buf[:0], x=buf)      # an empty array holds no memory
+    require_apart({"out": buf[10:]}, x=buf[:10])  # adjacent, not overlapping
+    with pytest.raises(ValueError, match="out and x share memory: an output must not overlap an input"):
+        require_apart({"out": buf[9:]}, x=buf[:10])
+    with pytest.raises(ValueError, match="b and a share memory: an output must not overlap another output"):
+        require_apart({"a": buf[:10], "b": buf[5:15]}, x=buf[15:])
+    require_apart({"out": buf[:0]}, x=buf)      # an empty array holds no memory
 
 
 def test_separate_outputs_still_work():
