@@ -1,4 +1,5 @@
 """Command line: python -m course info | train | bench | export [--check] | exercises [--check] | execute | download."""
+import os
 import sys
 
 from . import cli_train
@@ -95,6 +96,8 @@ def main(argv=None):
         print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        import threading
+        threading.excepthook = lambda args: None  # the simulator's threads of the interrupted launch: not news
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except MemoryError:
@@ -123,4 +126,9 @@ def cuda_problem(e):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code == 130:  # do not wait for the simulator's threads of an interrupted launch (one may wait at a barrier)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
