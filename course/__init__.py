@@ -3,13 +3,32 @@ import sys as _sys
 
 from .device import setup as _setup
 
-SIMULATOR, WHY = _setup()
+# `python -m course ...` reports a bad COURSE_DEVICE (and the simulator's banner) only in the commands that use a
+# device, so that --help, download or export still work and errors stay one line.
+_ARGV = getattr(_sys, "orig_argv", [])
+_CLI = any(a == "-m" and b == "course" for a, b in zip(_ARGV, _ARGV[1:])) or "-mcourse" in _ARGV
+DEVICE_ERROR = None
+try:
+    SIMULATOR, WHY = _setup()
+except ValueError as _e:  # COURSE_DEVICE is not gpu, sim or auto
+    if not _CLI:
+        raise
+    SIMULATOR, WHY, DEVICE_ERROR = None, None, str(_e)
 if SIMULATOR:
     from .device import harden_simulator as _harden
 
     _harden()
-    print(f"course: CUDA simulator ({WHY}); notebooks shrink their data. "
-          "Set COURSE_DEVICE=gpu to insist on a GPU.", file=_sys.stderr)
+
+
+def banner():
+    """Say on stderr when kernels run in the simulator (on `import course`; the command line prints it itself)."""
+    if SIMULATOR:
+        print(f"course: CUDA simulator ({WHY}); notebooks shrink their data. "
+              "Set COURSE_DEVICE=gpu to insist on a GPU.", file=_sys.stderr)
+
+
+if not _CLI:
+    banner()
 
 
 def pick(gpu, sim):

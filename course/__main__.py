@@ -1,66 +1,134 @@
 """Command line: python -m course info | train | bench | export [--check] | exercises [--check] | execute | download."""
+import os
 import sys
 
-from .cli_train import OneLineParser, add_arguments, validate
+from . import cli_train
+from .cli import CommandError, OneLineParser, device_ready, output_file, positive_int
+
+COMMANDS = "info, train, bench, export, exercises, execute, download"
 
 
-def main(argv=None):
+def run_info(args):
+    device_ready()
+    import course
+    course.info()
+    return 0
+
+
+def run_bench(args):
+    device_ready()
+    from .bench import run  # written with notebook 08
+
+    def error(message):
+        raise CommandError(message)
+    return run(args, error)
+
+
+def run_generate(args):
+    from . import nbtools
+    make = nbtools.export if args.cmd == "export" else nbtools.make_exercises
+    stale = make(check=args.check)
+    for path in stale:
+        print(("out of date: " if args.check else "wrote ") + str(path))
+    if args.check and stale:
+        print(f"run `python -m course {args.cmd}` and commit the result", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_execute(args):
+    from . import nbtools
+    paths = args.notebooks or nbtools.solution_notebooks()
+    for path in paths:  # every file is checked before the first notebook runs
+        problem = nbtools.unreadable(path)
+        if problem:
+            raise CommandError(problem)
+    return 0 if all([nbtools.execute(p, args.timeout) for p in paths]) else 1
+
+
+def run_download(args):
+    from .download import DownloadError, download
+    try:
+        for path in download(args.root, args.dataset, args.mirror, deadline=args.deadline):
+            print(f"ok {path}")
+    except DownloadError as e:
+        raise CommandError(str(e)) from None
+    return 0
+
+
+def parser():
     p = OneLineParser(prog="python -m course", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("info", help="print the device the kernels run on")
-    t = sub.add_parser("train", help="train the MLP (notebook 06's loop) and print the test accuracy")
-    add_arguments(t)
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=OneLineParser)
+    sub.add_parser("info", help="print the device the kernels run on").set_defaults(run=run_info)
+    cli_train.add_parser(sub)
     b = sub.add_parser("bench", help="time one epoch of the same model through every implementation (notebook 08)")
     b.add_argument("--quick", action="store_true", help="a tiny run that checks the pipeline (works in the simulator)")
-    b.add_argument("--out", default=None, help="write the results as JSON to this file")
+    b.add_argument("--out", type=output_file, default=None, help="write the results as JSON to this file")
+    b.set_defaults(run=run_bench)
     for name, what in (("export", "course/ modules from the notebooks' #| export cells"),
                        ("exercises", "student notebooks in notebooks/exercises/")):
         s = sub.add_parser(name, help=f"regenerate {what}")
         s.add_argument("--check", action="store_true", help="only check they are up to date (exit 1 if not)")
-    x = sub.add_parser("execute", help="run notebooks top to bottom and save them with their outputs")
+        s.set_defaults(run=run_generate)
+    x = sub.add_parser("execute", help="run notebooks top to bottom and save them with their outputs "
+                                       "(a notebook with a failing cell is left as it was)")
     x.add_argument("notebooks", nargs="*", help="default: every solution notebook")
-    x.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
+    x.add_argument("--timeout", type=positive_int, default=1200, help="seconds per cell, at least 1 (default 1200)")
+    x.set_defaults(run=run_execute)
     d = sub.add_parser("download", help="fetch missing dataset files from a public mirror, verified by SHA-256")
     d.add_argument("--dataset", choices=["mnist", "fashion-mnist"], default="mnist")
     d.add_argument("--root", required=True, help="directory to put the four files in")
-    d.add_argument("--mirror", default=None, help="base URL (default: the dataset's usual mirror)")
-    args = p.parse_args(argv)
+    d.add_argument("--mirror", default=None, help="base URL, http:// or https:// (default: the dataset's usual mirror)")
+    d.add_argument("--deadline", type=positive_int, default=600, help="seconds allowed for each file (default 600)")
+    d.set_defaults(run=run_download)
+    return p
 
-    if args.cmd == "train":
-        validate(args, t.error)
-        from .cli_train import run
-        return run(args, t.error)
-    if args.cmd == "bench":
-        from .bench import run as run_bench  # written with notebook 08
-        return run_bench(args, b.error)
-    if args.cmd == "info":
-        import course
-        course.info()
-        return 0
-    if args.cmd in ("export", "exercises"):
-        from . import nbtools
-        run = nbtools.export if args.cmd == "export" else nbtools.make_exercises
-        stale = run(check=args.check)
-        for path in stale:
-            print(("out of date: " if args.check else "wrote ") + str(path))
-        if args.check and stale:
-            print(f"run `python -m course {args.cmd}` and commit the result", file=sys.stderr)
-            return 1
-        return 0
-    if args.cmd == "execute":
-        from . import nbtools
-        paths = args.notebooks or nbtools.solution_notebooks()
-        return 0 if all(nbtools.execute(p, args.timeout) for p in paths) else 1
-    if args.cmd == "download":
-        from .download import DownloadError, download
-        try:
-            for path in download(args.root, args.dataset, args.mirror):
-                print(f"ok {path}")
-        except DownloadError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        return 0
+
+def main(argv=None):
+    p = parser()
+    args = p.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        p.error(f"choose a command: {COMMANDS} (python -m course COMMAND --help for its options)")
+    prog = f"{p.prog} {args.cmd}"
+    try:
+        return args.run(args)
+    except CommandError as e:
+        print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        import threading
+        threading.excepthook = lambda args: None  # the simulator's threads of the interrupted launch: not news
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print(f"{prog}: error: out of memory: try a smaller --hidden or --batch-size", file=sys.stderr)
+        return 2
+    except Exception as e:  # a GPU that cannot be used (COURSE_DEVICE=gpu without one) or out of GPU memory
+        line = cuda_problem(e)
+        if line is None:
+            raise
+        print(f"{prog}: error: {line}", file=sys.stderr)
+        return 2
+
+
+def cuda_problem(e):
+    """One line for an error from the CUDA driver (no usable GPU, out of device memory), or None."""
+    if "numba" not in type(e).__module__:
+        return None
+    name, first = type(e).__name__, " ".join(str(e).split()).rstrip(" :")
+    if name == "CudaSupportError":
+        return f"no usable CUDA GPU ({first}): unset COURSE_DEVICE, or set COURSE_DEVICE=sim for the simulator"
+    if "OUT_OF_MEMORY" in str(e):
+        return "out of GPU memory: try a smaller --hidden or --batch-size"
+    if name in ("CudaAPIError", "CudaDriverError"):
+        return f"CUDA error: {first}"
+    return None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code == 130:  # do not wait for the simulator's threads of an interrupted launch (one may wait at a barrier)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

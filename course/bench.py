@@ -21,7 +21,6 @@ first touch), epoch_s is the median of the others, test_acc is measured after th
 The graph rows are skipped in the simulator (it has no CUDA graphs). Without --quick on a GPU, "matmul" lists the
 TFLOP/s of notebook 08's matmul ladder at 4096^3 (v1 to v5 and cuBLAS through PyTorch when importable).
 """
-import json
 import math
 import platform
 import sys
@@ -366,7 +365,6 @@ def run(args, error):
                   config=dict(cfg, lr=LR, seed=SEED, n_train=len(data[0]), n_test=len(data[2]),
                               pixels=data[0].shape[1]),
                   rows=rows, matmul=matmul)
-    if out is not None:
-        out.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {out}")
-    return 1 if any(r.get("failed") for r in rows) else 0
+    from course.cli import write_json  # never loses the results: a file elsewhere, or stdout, if out fails
+    unwritten = out is not None and write_json(out, result)
+    return 1 if unwritten or any(r.get("failed") for r in rows) else 0

@@ -2,8 +2,11 @@
 # Edit the notebook, not this file: CI fails when the two disagree.
 
 """Read MNIST-style IDX files, checking every claim a header makes (the reader built in notebook 01)."""
+import errno
 import gzip
 import hashlib
+import os
+import stat
 from math import prod
 from pathlib import Path
 
@@ -42,38 +45,51 @@ CHUNK = 1 << 20        # read gzip streams 1 MiB at a time
 MAX_PAYLOAD = 1 << 31  # 2 GiB: far above any MNIST-like file, far below what a corrupt header can claim
 
 
-def _read_upto(f, n):
-    """Read at most n bytes in chunks, so memory grows with the data that is really there."""
-    parts, got = [], 0
+def _read_upto(f, n, h, keep=True):
+    """Read at most n bytes in chunks, feeding them to the hash h; return (the bytes, or nothing if not keep, count).
+
+    Memory grows only with the data that is really there (keep=True), or stays at one chunk (keep=False)."""
+    data, got = bytearray(), 0
     while got < n:
         part = f.read(min(CHUNK, n - got))
         if not part:
             break
-        parts.append(part)
+        h.update(part)
+        if keep:
+            data += part  # grows in place: the payload is never held twice
         got += len(part)
-    return b"".join(parts)
+    return data, got
 
 
-def read_idx(path, sha256=None):
-    """Read an IDX file (.gz or raw) into a numpy array, checking its size and, if given, its SHA-256.
+def _read_pass(path, keep):
+    """One pass over an IDX file, every claim checked: (dtype, shape, payload or b"", SHA-256 of all its bytes)."""
+    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+        head = f.read(4)
+        head += f.read(4 * head[3]) if len(head) == 4 else b""
+        dtype, shape, offset = parse_idx_header(head)
+        need = prod(shape) * dtype.itemsize
+        if need > MAX_PAYLOAD:
+            raise IDXError(f"{path}: the header declares shape {shape}, {need:,} bytes: "
+                           f"more than the {MAX_PAYLOAD:,} this reader accepts (a corrupt header?)")
+        if path.suffix != ".gz" and path.stat().st_size != offset + need:
+            have = path.stat().st_size - offset
+            raise IDXError(f"{path}: the header declares shape {shape} ({need:,} bytes of data) but the "
+                           f"file holds {have:,}: " + ("truncated" if have < need else "extra bytes"))
+        h = hashlib.sha256(head)
+        payload, got = _read_upto(f, need, h, keep)
+        extra = len(f.read(1))
+    if got < need:
+        raise IDXError(f"{path}: truncated: the header declares shape {shape} ({need:,} bytes of data), "
+                       f"only {got:,} are there")
+    if extra:
+        raise IDXError(f"{path}: more data than the header's shape {shape} ({need:,} bytes) accounts for")
+    return dtype, shape, payload, h.hexdigest()
 
-    `sha256`: one hex digest, or a set of acceptable ones, of the decompressed bytes."""
-    path = Path(path)
+
+def _checked_pass(path, keep):
+    """_read_pass, with every way a read can fail turned into one line that names the file."""
     try:
-        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
-            head = f.read(4)
-            head += f.read(4 * head[3]) if len(head) == 4 else b""
-            dtype, shape, offset = parse_idx_header(head)
-            need = prod(shape) * dtype.itemsize
-            if need > MAX_PAYLOAD:
-                raise IDXError(f"{path}: the header declares shape {shape}, {need:,} bytes: "
-                               f"more than the {MAX_PAYLOAD:,} this reader accepts (a corrupt header?)")
-            if path.suffix != ".gz" and path.stat().st_size != offset + need:
-                have = path.stat().st_size - offset
-                raise IDXError(f"{path}: the header declares shape {shape} ({need:,} bytes of data) but the "
-                               f"file holds {have:,}: " + ("truncated" if have < need else "extra bytes"))
-            payload = _read_upto(f, need)
-            extra = len(f.read(1))
+        return _read_pass(path, keep)
     except IDXError:
         raise
     except FileNotFoundError:
@@ -82,20 +98,27 @@ def read_idx(path, sha256=None):
         raise IDXError(f"{path}: truncated: the gzip stream ends early") from None
     except ValueError as e:  # from parse_idx_header
         raise IDXError(f"{path}: not an IDX file: {e}") from None
-    except OSError as e:  # includes gzip.BadGzipFile
-        raise IDXError(f"{path}: cannot read it: {e}") from None
-    if len(payload) < need:
-        raise IDXError(f"{path}: truncated: the header declares shape {shape} ({need:,} bytes of data), "
-                       f"only {len(payload):,} are there")
-    if extra:
-        raise IDXError(f"{path}: more data than the header's shape {shape} ({need:,} bytes) accounts for")
-    if sha256 is not None:
-        digest = hashlib.sha256(head + payload).hexdigest()
-        wanted = {sha256} if isinstance(sha256, str) else set(sha256)
+    except OSError as e:  # includes gzip.BadGzipFile and PermissionError
+        raise IDXError(f"{path}: cannot read it: {e.strerror or e}") from None
+
+
+def read_idx(path, sha256=None):
+    """Read an IDX file (.gz or raw) into a numpy array, checking its size and, if given, its SHA-256.
+
+    `sha256`: one hex digest, or a set of acceptable ones, of the decompressed bytes. With a digest the file is
+    read twice: first only hashed, keeping nothing, so a file that is not the expected one is never in memory."""
+    path = Path(path)
+    wanted = None if sha256 is None else ({sha256} if isinstance(sha256, str) else set(sha256))
+    if wanted is not None:
+        digest = _checked_pass(path, keep=False)[3]
         if digest not in wanted:
             raise IDXError(f"{path}: checksum mismatch: the decompressed file has SHA-256 {digest}, "
                            f"expected {' or '.join(sorted(wanted))}")
-    return np.frombuffer(payload, dtype).astype(dtype.newbyteorder("=")).reshape(shape)
+    dtype, shape, payload, digest = _checked_pass(path, keep=True)
+    if wanted is not None and digest not in wanted:
+        raise IDXError(f"{path}: the file changed while it was read (its SHA-256 is now {digest})")
+    a = np.frombuffer(payload, dtype).reshape(shape)  # a view of the bytes read: no copy
+    return a if dtype.isnative else a.byteswap(inplace=True).view(dtype.newbyteorder("="))
 
 
 FILES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
@@ -114,48 +137,115 @@ KNOWN_SHA256 = {  # of the decompressed files, so any mirror or recompression ma
         "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
     },
 }
+NAMES = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST"}
+
+
+def _what_is(path):
+    """"file", "dir", None when nothing is there, or in words what is there instead (a dangling link, ...)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        try:
+            return f"{path} is a dangling symbolic link (to {os.readlink(path)})"
+        except OSError:
+            return None
+    except OSError as e:  # a link loop, a directory we may not enter, ...
+        return f"{path} is a symbolic link loop" if e.errno == errno.ELOOP else f"{path}: {e.strerror}"
+    return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else f"{path} is not a regular file"
 
 
 def find_file(root, name):
-    """root/name or root/name.gz; otherwise a FileNotFoundError saying where it looked and how to get it."""
+    """root/name or root/name.gz; otherwise an error that says what is there instead, or (FileNotFoundError)
+    where it looked and how to get the file."""
+    found = []
     for path in (Path(root) / name, Path(root) / f"{name}.gz"):
-        if path.is_file():
+        what = _what_is(path)
+        if what == "file":
             return path
+        if what is not None:
+            found.append(f"{path} is a directory" if what == "dir" else what)
+    if found:
+        raise IDXError(f"{name} (or {name}.gz) in {root} is not a readable file: {'; '.join(found)}")
     raise FileNotFoundError(
         f"{name} (or {name}.gz) not found in {root}. MNIST ships with the course in {DEFAULT_ROOT}; to fetch "
         f"the files into {root} run `python -m course download --root {root}` (add `--dataset fashion-mnist` "
         "for Fashion-MNIST, which Debian also packages: `apt install dataset-fashion-mnist`)")
 
 
-def expected_sha256(root, name):
-    """Acceptable digests for a file: its line in root/SHA256SUMS if any, else MNIST's and Fashion-MNIST's."""
+def read_sums(root):
+    """{file name: SHA-256} from root/SHA256SUMS (the format of `sha256sum`), {} when there is none."""
     sums = Path(root) / "SHA256SUMS"
-    if sums.is_file():
-        table = {f.lstrip("*"): d for d, f in (line.split()[:2] for line in sums.read_text().splitlines()
-                                               if len(line.split()) >= 2)}
-        if name in table:
-            return {table[name]}
-    return {known[name] for known in KNOWN_SHA256.values()}
+    what = _what_is(sums)
+    if what is None:
+        return {}
+    if what != "file":
+        raise IDXError(f"{sums} is a directory" if what == "dir" else what)
+    try:
+        text = sums.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise IDXError(f"{sums}: cannot read it: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise IDXError(f"{sums}: not a SHA256SUMS file (not UTF-8 text)") from None
+    return {f.lstrip("*"): d.lower() for d, f in (line.split()[:2] for line in text.splitlines()
+                                                  if len(line.split()) >= 2)}
 
 
-def load_mnist(root=None, verify=True):
+def identify(root):
+    """Which dataset root holds: "mnist", "fashion-mnist", or None for other data listed in root/SHA256SUMS.
+
+    From SHA256SUMS when it lists the four files, else from the SHA-256 of the test labels (the smallest file);
+    load_mnist then holds the other three to the same dataset."""
+    sums = read_sums(root)
+    if all(name in sums for name in FILES.values()):
+        return next((ds for ds, known in KNOWN_SHA256.items() if all(sums[n] == d for n, d in known.items())), None)
+    name = FILES["test_labels"]
+    path = find_file(root, name)
+    digest = _checked_pass(path, keep=False)[3]                   # 10 kB: cheap
+    for ds, known in KNOWN_SHA256.items():
+        if known[name] == digest:
+            return ds
+    if name in sums:
+        return None
+    raise IDXError(f"{path}: checksum mismatch: SHA-256 {digest} is neither MNIST's nor Fashion-MNIST's (for "
+                   f"other data in this format, list the files in {Path(root) / 'SHA256SUMS'} or pass verify=False)")
+
+
+def load_mnist(root=None, verify=True, dataset=None):
     """Return (X_train, y_train, X_test, y_test): float32 images in [0, 1] shaped (N, 784), int64 labels (N,).
 
-    `root` is a directory with the four IDX files, .gz or not (default: the MNIST copy in data/mnist).
-    `verify=False` skips the checksums, for other data in the same format."""
+    `root` is a directory with the four IDX files, .gz or not (default: the MNIST copy in data/mnist). They are
+    checked against root/SHA256SUMS, else against the digests of the ONE dataset they are (see identify);
+    `dataset="mnist"` or `"fashion-mnist"` insists on that one. `verify=False` skips the checksums, for other
+    data in the same format."""
     root = Path(root) if root is not None else DEFAULT_ROOT
-    if not root.is_dir():
+    what = _what_is(root)
+    if what is None:
         raise FileNotFoundError(f"data directory {root} does not exist (expected the four MNIST-format files "
                                 f"there; `python -m course download --root {root}` fetches them)")
+    if what != "dir":
+        raise IDXError(f"data directory {root} is a file, not a directory" if what == "file" else what)
     paths = {key: find_file(root, name) for key, name in FILES.items()}
+    expected = {key: None for key in FILES}
+    if verify:
+        found, sums = identify(root), read_sums(root)
+        if dataset is not None and found != dataset:
+            raise IDXError(f"{root} holds {NAMES.get(found, 'other data (listed in its SHA256SUMS)')}, "
+                           f"not {NAMES.get(dataset, repr(dataset))}")
+        for key, name in FILES.items():
+            if name not in sums and found is None:
+                raise IDXError(f"{paths[key]}: not listed in {root / 'SHA256SUMS'}, which lists other data: "
+                               "cannot verify it (pass verify=False to skip the checksums)")
+            expected[key] = sums.get(name) or KNOWN_SHA256[found][name]
     arrays = {}
     for key, path in paths.items():
         try:
-            arrays[key] = read_idx(path, expected_sha256(root, FILES[key]) if verify else None)
+            arrays[key] = read_idx(path, expected[key])
         except IDXError as e:
-            if "checksum" in str(e):
-                raise IDXError(f"{e} (for other data in this format, pass verify=False)") from None
-            raise
+            if "checksum" not in str(e):
+                raise
+            why = ("listed in SHA256SUMS" if FILES[key] in sums else
+                   f"{NAMES[found]}'s, as {FILES['test_labels']} is: the four files must come from one dataset")
+            raise IDXError(f"{e} ({why}; for other data in this format, pass verify=False)") from None
     out = []
     for split in ("train", "test"):
         images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]

@@ -48,13 +48,25 @@ def setup():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
     # Low-occupancy warnings are noise for the small teaching launches; keep the others (host copies).
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
-    if "numba.cuda" in sys.modules:
-        from numba.cuda.core import config
-        if bool(config.ENABLE_CUDASIM) != simulator:
-            raise RuntimeError(
-                "numba.cuda was imported before course, in the other mode: "
-                "put `import course` first (restart the kernel), or set COURSE_DEVICE.")
+    _match_numba_config(simulator)
     return simulator, why
+
+
+def _match_numba_config(simulator):
+    """Make numba's config agree with the choice if numba was imported before course (it read the setting then).
+
+    After `import numba` alone, numba.cuda has not chosen yet: re-reading the environment is enough. After
+    `import numba.cuda` in the other mode it is too late: RuntimeError, saying what to do."""
+    if "numba.core.config" not in sys.modules:
+        return
+    from numba.core import config  # numba.cuda.core.config is this same module
+    if bool(config.ENABLE_CUDASIM) != simulator and "numba.cuda" not in sys.modules:
+        config.reload_config()
+    if bool(config.ENABLE_CUDASIM) != simulator:
+        first = "numba.cuda" if "numba.cuda" in sys.modules else "numba"
+        raise RuntimeError(
+            f"{first} was imported before course, in the other mode (NUMBA_ENABLE_CUDASIM="
+            f"{int(config.ENABLE_CUDASIM)}): put `import course` first (restart the kernel), or set COURSE_DEVICE.")
 
 
 def describe(simulator):

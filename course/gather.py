@@ -5,7 +5,7 @@
 import numpy as np
 from numba import cuda
 
-from course.util import cdiv, require
+from course.util import cdiv, require, require_apart
 
 
 def gather_ref(X, idx):
@@ -28,12 +28,15 @@ BLOCK = (32, 8)  # 32 threads along a row (one warp, coalesced), 8 rows per bloc
 def gather(X, idx, out=None, stream=0):
     """Gather rows X[idx] on the device: X (N, D) float32, idx (B,) int32/int64 -> out (B, D) float32.
 
-    idx values must lie in [0, N): checking them would cost a copy to the host, so the caller guarantees it."""
+    idx values must lie in [0, N) and are NOT checked (that would cost a copy to the host every batch): the caller
+    guarantees it. An index outside reads outside X: on a GPU an illegal address, which poisons the process's CUDA
+    context; in the simulator N raises IndexError and -1 silently reads the last row."""
     require("X", X, np.float32, ndim=2)
     require("idx", idx, (np.int32, np.int64), ndim=1)
     if out is None:
         out = cuda.device_array((idx.shape[0], X.shape[1]), np.float32)
     require("out", out, np.float32, shape=(idx.shape[0], X.shape[1]))
+    require_apart({"out": out}, X=X, idx=idx)
     grid = (cdiv(out.shape[1], BLOCK[0]), cdiv(out.shape[0], BLOCK[1]))
     if out.size:
         gather_kernel[grid, BLOCK, stream](X, idx, out)
@@ -49,12 +52,15 @@ def gather1d_kernel(a, idx, out):
 
 
 def gather_labels(y, idx, out=None, stream=0):
-    """Gather y[idx] on the device: y (N,) int32/int64, idx (B,) int32/int64 -> out (B,) of y's dtype."""
+    """Gather y[idx] on the device: y (N,) int32/int64, idx (B,) int32/int64 -> out (B,) of y's dtype.
+
+    idx values must lie in [0, N), unchecked, as for gather."""
     require("y", y, (np.int32, np.int64), ndim=1)
     require("idx", idx, (np.int32, np.int64), ndim=1)
     if out is None:
         out = cuda.device_array(idx.shape[0], y.dtype)
     require("out", out, y.dtype, shape=(idx.shape[0],))
+    require_apart({"out": out}, y=y, idx=idx)
     if out.size:
         gather1d_kernel[cdiv(out.shape[0], 256), 256, stream](y, idx, out)
     return out

@@ -7,7 +7,7 @@ import numpy as np
 from numba import cuda, float32
 
 from course.loss import softmax_xent_rows_ref
-from course.util import cdiv, require
+from course.util import cdiv, require, require_apart
 
 
 def mlp_loss_ref(X, y, W1, b1, W2, b2):
@@ -102,6 +102,7 @@ def column_sums(A, out, stream=0):
     """out (N,) = A (M, N) summed over rows, on the device."""
     require("A", A, np.float32, ndim=2)
     require("out", out, np.float32, shape=(A.shape[1],))
+    require_apart({"out": out}, A=A)
     colsum_kernel[cdiv(A.shape[1], COLS), (COLS, LANES), stream](A, out)
     return out
 
@@ -111,6 +112,7 @@ def matmul_tn(A, B, out, stream=0):
     require("A", A, np.float32, ndim=2)
     require("B", B, np.float32, shape=(A.shape[0], None))
     require("out", out, np.float32, shape=(A.shape[1], B.shape[1]))
+    require_apart({"out": out}, A=A, B=B)
     matmul_tn_kernel[_grid2(*out.shape), BLOCK, stream](A, B, out)
     return out
 
@@ -119,21 +121,32 @@ def mlp_backward(X, y, H, probs, W2, grads, work=None, stream=0):
     """Fill grads["W1"], ["b1"], ["W2"], ["b2"] (device arrays shaped like the parameters) in six launches.
 
     X (B, 784), y (B,) int, H (B, hidden) and probs (B, 10) from the forward pass, W2 (hidden, 10).
-    `work`: an optional dict that keeps the intermediates dZ2 and dZ1 between calls."""
+    `work`: an optional dict that keeps the intermediates dZ2 and dZ1 between calls (remade when a shape changes).
+    Labels must lie in [0, 10) and are not checked (a copy to the host every step): a bad one gives a finite, wrong
+    gradient here, but cross_entropy, which every step runs first, gives it a NaN loss."""
     require("X", X, np.float32, ndim=2)
     B = X.shape[0]
     require("y", y, (np.int32, np.int64), shape=(B,))
     require("H", H, np.float32, shape=(B, None))
     require("probs", probs, np.float32, shape=(B, None))
     require("W2", W2, np.float32, shape=(H.shape[1], probs.shape[1]))
+    if not hasattr(grads, "keys") or not {"W1", "b1", "W2", "b2"} <= set(grads.keys()):
+        got = sorted(grads.keys()) if hasattr(grads, "keys") else type(grads).__name__
+        raise ValueError(f"grads must be a dict (or FlatParams) of device arrays W1, b1, W2, b2, got {got}")
     for name, shape in (("W1", (X.shape[1], H.shape[1])), ("b1", (H.shape[1],)), ("W2", tuple(W2.shape)),
                         ("b2", (probs.shape[1],))):
         require(f'grads["{name}"]', grads[name], np.float32, shape=shape)
     work = {} if work is None else work
-    if work.get("dZ2") is None or work["dZ2"].shape != probs.shape:
-        work["dZ2"] = cuda.device_array(probs.shape, np.float32)
-        work["dZ1"] = cuda.device_array(H.shape, np.float32)
-    dZ2, dZ1 = work["dZ2"], work["dZ1"]
+    if not isinstance(work, dict):
+        raise ValueError(f"work must be a dict (or None), got {type(work).__name__}")
+    dZ2, dZ1 = work.get("dZ2"), work.get("dZ1")
+    if dZ2 is None or dZ1 is None or dZ2.shape != probs.shape or dZ1.shape != H.shape:  # keyed on both shapes
+        dZ2 = work["dZ2"] = cuda.device_array(probs.shape, np.float32)    # (B, 10)
+        dZ1 = work["dZ1"] = cuda.device_array(H.shape, np.float32)        # (B, hidden)
+    require('work["dZ2"]', dZ2, np.float32, shape=tuple(probs.shape))
+    require('work["dZ1"]', dZ1, np.float32, shape=tuple(H.shape))
+    named_grads = {f'grads["{k}"]': grads[k] for k in ("W1", "b1", "W2", "b2")}
+    require_apart({'work["dZ2"]': dZ2, 'work["dZ1"]': dZ1, **named_grads}, X=X, y=y, H=H, probs=probs, W2=W2)
     dlogits_kernel[_grid2(*dZ2.shape), BLOCK, stream](probs, y, dZ2)    # (B, 10)
     matmul_tn(H, dZ2, grads["W2"], stream)                              # (hidden, B) @ (B, 10) -> (hidden, 10)
     column_sums(dZ2, grads["b2"], stream)                               # (10,)

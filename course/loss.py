@@ -7,7 +7,7 @@ import math
 import numpy as np
 from numba import cuda, float32  # float32: the dtype of shared arrays (np.float32 is the same)
 
-from course.util import cdiv, require
+from course.util import cdiv, require, require_apart
 
 
 def softmax_xent_rows_ref(logits, y):
@@ -110,6 +110,7 @@ def batch_mean(x, out=None, stream=0):
     if out is None:
         out = cuda.device_array(1, np.float32)
     require("out", out, np.float32, shape=(1,))
+    require_apart({"out": out}, x=x)
     n = x.shape[0]
     zero_kernel[1, 1, stream](out)                        # the accumulator starts at 0, on every call
     sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out) # (n,) -> (1,): one partial per block, added atomically
@@ -171,6 +172,7 @@ def cross_entropy(logits, y, probs=None, losses=None, loss=None, stream=0):
     require("probs", probs, np.float32, shape=(B, C))
     require("losses", losses, np.float32, shape=(B,))
     require("loss", loss, np.float32, shape=(1,))
+    require_apart({"probs": probs, "losses": losses, "loss": loss}, logits=logits, y=y)
     softmax_xent_kernel[cdiv(B, THREADS), THREADS, stream](logits, y, probs, losses)  # (B, C) -> (B, C) and (B,)
     batch_mean(losses, out=loss, stream=stream)                                       # (B,) -> (1,)
     return loss, probs
@@ -190,7 +192,10 @@ def count_correct_kernel(logits, y, correct):
 
 
 def count_correct(logits, y, out=None):
-    """How many rows of logits (B, C) float32 have their argmax at the label y (B,): a (1,) int32 device array."""
+    """How many rows of logits (B, C) float32 have their argmax at the label y (B,): a (1,) int32 device array.
+
+    A row holding a NaN has no argmax: the kernel compares with >, which a NaN never wins, so such a row may count
+    where np.argmax (which picks the first NaN) would not. NaN logits mean training diverged: the loss says so."""
     require("logits", logits, np.float32, ndim=2)
     require("y", y, (np.int64, np.int32), ndim=1)
     B, C = logits.shape
@@ -201,6 +206,7 @@ def count_correct(logits, y, out=None):
     if out is None:
         out = cuda.device_array(1, np.int32)
     require("out", out, np.int32, shape=(1,))
+    require_apart({"out": out}, logits=logits, y=y)
     zero_kernel[1, 1](out)                                # the counter starts at 0, on every call
     if B:
         count_correct_kernel[cdiv(B, THREADS), THREADS](logits, y, out)

@@ -2,6 +2,7 @@
 import copy
 import json
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -326,27 +327,68 @@ def student_copy_with_solutions(nb_path):
     return nb
 
 
+def unreadable(path):
+    """Why `path` is not a notebook that can be executed (one line), or None when it is one."""
+    path = Path(path)
+    if not path.is_file():
+        return f"{path}: no such notebook" if not path.exists() else f"{path} is not a file"
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        return f"{path}: cannot read it: {e.strerror or e}"
+    except (UnicodeDecodeError, ValueError) as e:
+        return f"{path}: not a notebook (not JSON: {' '.join(str(e).split())})"
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        return f"{path}: not a notebook (JSON without a list of cells)"
+    import nbformat
+    try:
+        nbformat.reads(json.dumps(nb), as_version=4)
+    except Exception as e:  # nbformat's own reasons: a missing version, an unknown cell type, ...
+        return f"{path}: not a notebook nbformat can read ({' '.join(str(e).split())[:200]})"
+    return None
+
+
 def execute(path, timeout=1200):
-    """Run a notebook top to bottom in its own folder and save it with outputs; True if no cell failed."""
+    """Run a notebook top to bottom in its own folder and save it with outputs; True if no cell failed.
+
+    When a cell fails or runs past `timeout` seconds (at least 1), the file is left exactly as it was and one
+    line says which cell: its index, id and first line."""
     import time
 
     import nbformat
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellControlSignal, CellExecutionError, DeadKernelError
 
+    if not (isinstance(timeout, int) and timeout >= 1):
+        raise ValueError(f"timeout is in seconds per cell, at least 1, got {timeout!r}")
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     t0 = time.perf_counter()
-    ok = True
+    current = {}
+
+    def on_cell_start(cell, cell_index):
+        current.update(cell=cell, index=cell_index)
+
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(path.parent)}}, on_cell_start=on_cell_start)
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
-    except CellExecutionError as e:
-        ok = False
-        print(f"{path}: a cell failed:\n{str(e)[-2000:]}")
+        client.execute()
+    except (CellExecutionError, CellControlSignal, DeadKernelError, TimeoutError, RuntimeError) as e:
+        what = (f"timed out after {timeout} s" if isinstance(e, TimeoutError) else
+                f"failed: {getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)}")
+        cell = current.get("cell")
+        if cell is None:
+            where = f"the kernel failed before any cell ran: {what}"
+        else:
+            first = next((line.strip() for line in source(cell).splitlines() if line.strip()), "")
+            where = f"cell {current['index']} (id {cell.get('id', '?')}, {first[:60]!r}) {what}"
+        print(f"{path}: {' '.join(where.split())[:300]}; the notebook was left unchanged", file=sys.stderr)
+        return False
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
-    path.write_text(dumps(json.loads(nbformat.writes(nb))), encoding="utf-8")
-    print(f"{path}: {'ok' if ok else 'FAILED'} in {time.perf_counter() - t0:.0f} s")
-    return ok
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_text(dumps(json.loads(nbformat.writes(nb))), encoding="utf-8")
+    tmp.replace(path)  # atomic: never half a notebook
+    print(f"{path}: ok in {time.perf_counter() - t0:.0f} s")
+    return True

@@ -5,7 +5,7 @@
 import numpy as np
 from numba import cuda
 
-from course.util import cdiv, require  # cdiv(n, b) = ceil(n / b): how many blocks of b threads cover n elements
+from course.util import cdiv, require, require_apart  # cdiv(n, b) = ceil(n / b): how many blocks of b threads cover n elements
 
 
 def scale_ref(x):
@@ -31,6 +31,7 @@ def scale(x, out=None):
     if out is None:
         out = cuda.device_array(x.shape, np.float32)
     require("out", out, np.float32, shape=tuple(x.shape))
+    require_apart({"out": out}, x=x)
     n = x.size
     if n:
         scale_kernel[cdiv(n, THREADS), THREADS](x.reshape(n), out.reshape(n))  # flat views: no copy

@@ -11,7 +11,7 @@ from math import prod
 import numpy as np
 from numba import cuda
 
-from course.util import cdiv, require
+from course.util import cdiv, require, require_apart
 
 
 def sgd_ref(p, g, lr):
@@ -38,21 +38,26 @@ def launch_shape(n):
 
 
 def _number(name, x, low, high=math.inf, low_ok=False):
-    """x as a float32, once checked that low < x < high (low <= x if low_ok): every thread trusts it."""
+    """x as a float32, once checked that low < x < high (low <= x if low_ok), before and after rounding to float32
+    (1e39 would become inf, 1e-50 would become 0): every thread trusts it."""
     try:
         value = float(x)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError(f"{name} must be a number, got {type(x).__name__}") from None
-    if not ((low <= value if low_ok else low < value) and value < high):  # NaN fails this too
-        interval = f"{'[' if low_ok else '('}{low:g}, {high:g})"
-        raise ValueError(f"{name} must lie in {interval}, got {x!r}")
-    return np.float32(value)
+    with np.errstate(over="ignore"):
+        f32 = np.float32(value)
+    for v, note in ((value, ""), (float(f32), f" (it is {float(f32):g} in float32)")):
+        if not ((low <= v if low_ok else low < v) and v < high):  # NaN fails this too
+            interval = f"{'[' if low_ok else '('}{low:g}, {high:g})"
+            raise ValueError(f"{name} must lie in {interval}, got {x!r}{note}")
+    return f32
 
 
 def _flat_pair(p, g):
     """Check the parameters and their gradient: flat float32 contiguous device arrays of one length."""
     require("p", p, np.float32, ndim=1)
     require("g", g, np.float32, shape=(p.shape[0],))
+    require_apart({"p": p}, g=g)                      # p is updated in place from g: they must be two arrays
 
 
 def sgd(p, g, lr, stream=0):
@@ -203,6 +208,7 @@ def momentum(p, g, v, lr, mu=0.9):
     """One momentum step in place over flat float32 device arrays: v = mu*v + g; p -= lr*v. Returns p."""
     _flat_pair(p, g)
     require("v", v, np.float32, shape=(p.shape[0],))
+    require_apart({"v": v}, p=p, g=g)
     lr, mu = _number("lr", lr, 0.0), _number("mu", mu, 0.0, 1.0, low_ok=True)
     if p.size:
         grid, block = launch_shape(p.size)
@@ -249,13 +255,22 @@ def adam_kernel(p, g, m, v, lr, beta1, beta2, eps, bc1, bc2):
         p[i] -= lr * (mi / bc1) / (math.sqrt(vi / bc2) + eps)     # eps after the sqrt
 
 
+MAX_T = 2**53  # the largest step number accepted (no run gets near it): beta**t needs t as a float
+
+
 def adam(p, g, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
-    """Adam's step number t (1, 2, ...) in place over flat float32 device arrays (p, g, m, v). Returns p."""
+    """Adam's step number t (1, 2, ...) in place over flat float32 device arrays (p, g, m, v). Returns p.
+
+    v must hold no negative value (Adam's own v never does: it is a mean of squares). It is not checked (that
+    would cost a copy to the host); a negative v is a square root of a negative number: NaN on a GPU, ValueError
+    in the simulator."""
     _flat_pair(p, g)
     require("m", m, np.float32, shape=(p.shape[0],))
     require("v", v, np.float32, shape=(p.shape[0],))
-    if not isinstance(t, (int, np.integer)) or t < 1:
-        raise ValueError(f"t is the step number, an int from 1 on, got {t!r}")
+    require_apart({"m": m, "v": v}, p=p, g=g)
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 1 <= t <= MAX_T:
+        shown = repr(t) if len(repr(t)) <= 24 else f"an int of {len(str(t))} digits"
+        raise ValueError(f"t is the step number, an int from 1 to 2**53, got {shown}")
     lr, eps = _number("lr", lr, 0.0), _number("eps", eps, 0.0)
     b1, b2 = _number("beta1", beta1, 0.0, 1.0, low_ok=True), _number("beta2", beta2, 0.0, 1.0, low_ok=True)
     bc1, bc2 = np.float32(1 - float(beta1) ** t), np.float32(1 - float(beta2) ** t)  # once per step, on the host

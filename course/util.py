@@ -27,3 +27,26 @@ def require(name, a, dtype=None, ndim=None, shape=None):
         raise ValueError(f"{name} must be C-contiguous (a slice with steps or a transpose is not): "
                          "copy it into a fresh device array first")
     return a
+
+
+def _span(a):
+    """[first, last + 1) byte addresses of a C-contiguous array: its device pointer, or host memory in the simulator."""
+    pointer = getattr(a, "device_ctypes_pointer", None)            # a real device array: cheap
+    start = (pointer.value or 0) if pointer is not None else a.__array_interface__["data"][0]  # the simulator's numpy
+    return start, start + a.size * a.dtype.itemsize
+
+
+def require_apart(outputs, **inputs):
+    """Raise ValueError if an output shares memory with an input or with another output.
+
+    `outputs`: {name: array}; `inputs`: name=array (None is skipped). A kernel reads its inputs while other threads
+    write its outputs: an output over an input gives wrong numbers, silently. Launchers call this after `require`
+    (which makes the arrays contiguous, so a span is exact)."""
+    seen = [(name, _span(a)) for name, a in inputs.items() if a is not None]
+    for name, out in outputs.items():
+        lo, hi = _span(out)
+        for other, (a_lo, a_hi) in seen:
+            if lo < a_hi and a_lo < hi:
+                raise ValueError(f"{name} and {other} share memory: an output must not overlap "
+                                 f"{'another output' if other in outputs else 'an input'} (pass a separate array)")
+        seen.append((name, (lo, hi)))

@@ -192,3 +192,125 @@ def test_fashion_copy_without_sums_is_verified_by_known_digests(tmp_path):
     for name in FILES.values():
         shutil.copy(DEFAULT_ROOT / f"{name}.gz", tmp_path)
     assert load_mnist(tmp_path)[0].shape == (60000, 784)
+
+
+# --- issue "Reliability": gzip bombs, one dataset per directory, what is found instead of a file -------------------
+
+def zeros_gz(path, header, n_bytes):
+    """A gzip file: header + n_bytes zeros, compressed as it is written (never held in memory)."""
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(header)
+        for k in range(0, n_bytes, 2**20):
+            f.write(bytes(min(2**20, n_bytes - k)))
+
+
+def test_a_gzip_bomb_is_rejected_by_its_checksum_before_it_is_held(copy_root):
+    """96 MiB of zeros behind a consistent header (gzipped: 0.1 MB): the checksum pass keeps nothing."""
+    path = copy_root / FILES["train_images"]
+    path.unlink()
+    n = 96 * 2**20
+    zeros_gz(copy_root / f"{FILES['train_images']}.gz", b"\x00\x00\x08\x03" + (n // 784).to_bytes(4, "big")
+             + (28).to_bytes(4, "big") * 2, n // 784 * 784)
+    tracemalloc.start()
+    with pytest.raises(IDXError, match="checksum mismatch"):
+        load_mnist(copy_root)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 20 * 2**20, peak
+
+
+def test_an_unverified_read_holds_the_payload_once(tmp_path):
+    path = tmp_path / "zeros.gz"
+    n = 64 * 2**20
+    zeros_gz(path, b"\x00\x00\x08\x01" + n.to_bytes(4, "big"), n)
+    tracemalloc.start()
+    a = read_idx(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert a.shape == (n,) and not a.any()
+    assert peak < 1.3 * n, peak / n  # chunks joined, then converted, held it three times
+
+
+@pytest.fixture
+def fake_fashion(tmp_path, monkeypatch):
+    """A small dataset in MNIST's format posing as Fashion-MNIST (its digests patched in as Fashion's)."""
+    root = tmp_path / "fashion"
+    root.mkdir()
+    r = np.random.default_rng(0)
+    digests = {}
+    for name, n in (("train", 30), ("t10k", 20)):
+        images = b"\x00\x00\x08\x03" + n.to_bytes(4, "big") + (28).to_bytes(4, "big") * 2 + r.integers(
+            0, 256, n * 784, dtype=np.uint8).tobytes()
+        labels = b"\x00\x00\x08\x01" + n.to_bytes(4, "big") + r.integers(0, 10, n, dtype=np.uint8).tobytes()
+        for kind, data in (("images-idx3", images), ("labels-idx1", labels)):
+            (root / f"{name}-{kind}-ubyte.gz").write_bytes(gzip.compress(data))
+            digests[f"{name}-{kind}-ubyte"] = __import__("hashlib").sha256(data).hexdigest()
+    import course.data
+    monkeypatch.setitem(course.data.KNOWN_SHA256, "fashion-mnist", digests)
+    return root
+
+
+def test_the_dataset_is_identified(fake_fashion):
+    from course.data import identify
+    assert identify(fake_fashion) == "fashion-mnist" and identify(DEFAULT_ROOT) == "mnist"
+    assert load_mnist(fake_fashion, dataset="fashion-mnist")[0].shape == (30, 784)
+
+
+def test_files_of_two_datasets_are_refused(fake_fashion):
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
+        (fake_fashion / f"{name}.gz").unlink()
+        shutil.copy(DEFAULT_ROOT / f"{name}.gz", fake_fashion)
+    with pytest.raises(IDXError, match="Fashion-MNIST's, as t10k-labels-idx1-ubyte is: the four files must come "
+                                       "from one dataset"):
+        load_mnist(fake_fashion)
+
+
+def test_insisting_on_the_other_dataset_is_refused(fake_fashion):
+    with pytest.raises(IDXError, match="holds Fashion-MNIST, not MNIST"):
+        load_mnist(fake_fashion, dataset="mnist")
+
+
+def test_sha256sums_that_is_not_text(copy_root):
+    (copy_root / "SHA256SUMS").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(IDXError, match="SHA256SUMS: not a SHA256SUMS file"):
+        load_mnist(copy_root)
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda p: p.mkdir(), "is a directory"),
+    (lambda p: p.symlink_to(p.parent / "nowhere"), "is a dangling symbolic link"),
+    (lambda p: p.symlink_to(p), "is a symbolic link loop"),
+], ids=["directory", "dangling-link", "link-loop"])
+def test_what_is_found_instead_of_a_file_is_named(copy_root, make, says):
+    path = copy_root / FILES["test_labels"]
+    path.unlink()
+    make(path)
+    with pytest.raises(IDXError, match=says) as e:
+        load_mnist(copy_root)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_sha256sums_that_is_a_directory(copy_root):
+    (copy_root / "SHA256SUMS").mkdir()
+    with pytest.raises(IDXError, match="SHA256SUMS is a directory"):
+        load_mnist(copy_root)
+
+
+def test_a_file_given_as_the_data_directory(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(IDXError, match="is a file, not a directory"):
+        load_mnist(tmp_path / "f")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads whatever the permissions say")
+@pytest.mark.parametrize("target", ["SHA256SUMS", "dir"])
+def test_unreadable_files_are_one_line(copy_root, target):
+    path = copy_root if target == "dir" else copy_root / "SHA256SUMS"
+    if target != "dir":
+        path.write_text("")
+    path.chmod(0)
+    try:
+        with pytest.raises(IDXError, match="[Pp]ermission denied"):
+            load_mnist(copy_root)
+    finally:
+        path.chmod(0o755)

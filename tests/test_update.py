@@ -255,7 +255,7 @@ def test_launchers_refuse_bad_arguments():
     with pytest.raises(ValueError, match="step number"):
         U.adam(p, g, cuda.to_device(np.zeros(10, np.float32)), cuda.to_device(np.zeros(10, np.float32)), 0)
     with pytest.raises(ValueError, match="beta2"):
-        U.adam(p, g, p, g, 1, beta2=1.0)
+        U.adam(p, g, cuda.to_device(np.zeros(10, np.float32)), cuda.to_device(np.zeros(10, np.float32)), 1, beta2=1.0)
 
 
 def test_optimizers_refuse_bad_arguments():
