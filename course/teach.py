@@ -26,9 +26,10 @@ every exercise is a stub: a later notebook that needs an earlier exercise's kern
 """
 
 
-def nbgrader_setup(dest, notebooks=None):
+def nbgrader_setup(dest, notebooks=None, assignment=None):
     """An nbgrader course directory: DEST/nbgrader_config.py and DEST/source/NN_topic/NN_topic.ipynb per notebook
-    (every solution notebook, or those named: a path, a file name or its NN prefix); returns the notebooks copied."""
+    (every solution notebook, or those named: a path, a file name or its NN prefix), or all of them in one
+    DEST/source/ASSIGNMENT/; returns the notebooks copied."""
     dest = Path(dest)
     every = nbtools.solution_notebooks()
     chosen = every if not notebooks else [_find(n, every) for n in notebooks]
@@ -36,7 +37,7 @@ def nbgrader_setup(dest, notebooks=None):
     shutil.copyfile(CONFIG, dest / "nbgrader_config.py")
     out = []
     for nb in chosen:
-        target = dest / "source" / nb.stem / nb.name
+        target = dest / "source" / (assignment or nb.stem) / nb.name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(nb, target)
         out.append(target)
@@ -152,16 +153,17 @@ def main(argv):
     s = sub.add_parser("nbgrader-setup", help="an nbgrader course directory: config and source/ from the notebooks")
     s.add_argument("dir")
     s.add_argument("notebooks", nargs="*", help="default: every notebook; a name like 01 or 01_data.ipynb")
+    s.add_argument("--assignment", help="one assignment of all these notebooks (default: one per notebook)")
     b = sub.add_parser("student-build", help="the course without its solutions, for a graded class")
     b.add_argument("dir", help="a new or empty directory")
     args = p.parse_args(argv)
     try:
         if args.cmd == "nbgrader-setup":
-            paths = nbgrader_setup(args.dir, args.notebooks)
+            paths = nbgrader_setup(args.dir, args.notebooks, args.assignment)
             for path in paths:
                 print(f"wrote {path}")
             print(f"wrote {Path(args.dir) / 'nbgrader_config.py'}; next: cd {args.dir} && nbgrader generate_assignment "
-                  f"{paths[0].stem}")
+                  f"{paths[0].parent.name}")
         else:
             print(f"wrote the student build in {student_build(args.dir)}")
     except ValueError as e:
