@@ -16,6 +16,7 @@ STUDENT_HEADER = ("# STUDENT BUILD of {nb}, made by `python -m course student-bu
                   "# (`raise NotImplementedError`), to be written in the notebook; `course.use_mine()` then uses yours.\n")
 STUDENT_FOOTER = ("\n\nfrom course.teach import guard_stubs as _guard_stubs  # noqa: E402\n\n"
                   "_guard_stubs(globals())  # launching a stub kernel raises in Python, on a GPU too\n")
+USE_MINE = "course.use_mine();  # student build: the course's exercise pieces are stubs; your passing solutions run"
 STUDENT_README = """# GPU training from scratch: student build
 
 The course's notebooks with the exercises to do, in `notebooks/exercises/`, and its `course` package, in which
@@ -84,11 +85,24 @@ def student_build(dest):
     for module, text in modules.items():
         (dest / "course" / f"{module}.py").write_text(text, encoding="utf-8")
     shutil.copytree(nbtools.EXERCISES, dest / "notebooks" / "exercises", ignore=ignore)
+    if (nbtools.PACKAGE / "mine.py").exists():  # issue 11's switch: the student's passing solutions replace stubs
+        for path in sorted((dest / "notebooks" / "exercises").glob("[0-9][0-9]_*.ipynb")):
+            if path.name[:2] >= "02":
+                path.write_text(nbtools.dumps(with_use_mine(nbtools.read(path))), encoding="utf-8")
     shutil.copytree(root / "data" / "mnist", dest / "data" / "mnist")
     for name in ("requirements.txt", "pyproject.toml"):
         shutil.copyfile(root / name, dest / name)
     (dest / "README.md").write_text(STUDENT_README, encoding="utf-8")
     return dest
+
+
+def with_use_mine(nb):
+    """The notebook with `course.use_mine()` at the end of its first code cell, unless a cell already calls it: in
+    the student build every earlier piece a notebook uses (02 loads MNIST with 1.1's parser) is the student's."""
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    if code and not any("use_mine(" in nbtools.source(c) for c in code):
+        code[0]["source"] = nbtools.source(code[0]).rstrip("\n") + "\n" + USE_MINE
+    return nb
 
 
 def _stub_label(fn, seen=None):

@@ -114,7 +114,7 @@ def _env(tmp):
                 PYTHONPATH=pythonpath)
 
 
-def _nbgrader(course, env, *args, timeout=900):
+def _nbgrader(course, env, *args, timeout=1800):
     r = subprocess.run([NBGRADER, *args], cwd=course, env=env, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
     return r
@@ -326,6 +326,21 @@ def test_student_build_stubs_raise_until_replaced(build):
     r = subprocess.run([sys.executable, "-c", script, str(build)], input=tile_cell, env=env, cwd=build,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_student_build_notebooks_switch_on_use_mine(build):
+    """With course/mine.py (issue 11) every student notebook from 02 on calls course.use_mine() in its first cell
+    (02 loads MNIST with 1.1's parser); without it the build adds no such call."""
+    for path in sorted((build / "notebooks" / "exercises").glob("*.ipynb")):
+        ours = nbtools.read(nbtools.EXERCISES / path.name)
+        first = next(nbtools.source(c) for c in nbtools.read(path)["cells"] if c["cell_type"] == "code")
+        if (nbtools.PACKAGE / "mine.py").exists() and path.name[:2] >= "02":
+            assert "course.use_mine()" in first, path.name
+        else:
+            assert nbtools.read(path) == ours, path.name
+    nb = {"cells": [{"cell_type": "markdown", "source": "x"}, {"cell_type": "code", "source": "import course\n"}]}
+    assert teach.with_use_mine(nb)["cells"][1]["source"] == "import course\n" + teach.USE_MINE
+    assert teach.with_use_mine(nb)["cells"][1]["source"].count("use_mine(") == 1
 
 
 def test_student_build_refuses_a_non_empty_directory(tmp_path):
