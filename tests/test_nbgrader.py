@@ -227,7 +227,7 @@ def test_autograde_partial_score_for_wrong_answers(graded):
     assert set(errors) == {"ex-1-2-check", "ex-1-3-check", "ex-2-1-check"}
     assert errors["ex-1-2-check"][0] == "CheckFailure" and "Exercise 1.2 failed" in errors["ex-1-2-check"][1]
     assert errors["ex-2-1-check"][0] == "CheckFailure" and "Exercise 2.1 failed" in errors["ex-2-1-check"][1]
-    assert errors["ex-1-3-check"][0] == "NotImplementedError" and "Exercise 1.3" in errors["ex-1-3-check"][1]
+    assert errors["ex-1-3-check"][0] == "NotImplementedError" and "Exercise 1.3" in errors["ex-1-3-check"][1]  # the stub
 
 
 def test_feedback_shows_the_checks_message(graded):
