@@ -1,11 +1,12 @@
-"""Command line: python -m course info | train | bench | export [--check] | exercises [--check] | execute | download."""
+"""Command line: python -m course info | train | bench | export [--check] | exercises [--check] | execute | download
+| nbgrader-setup | student-build (the last two: teachers' tools, course/teach.py)."""
 import os
 import sys
 
 from . import cli_train
 from .cli import CommandError, OneLineParser, device_ready, output_file, positive_int
 
-COMMANDS = "info, train, bench, export, exercises, execute, download"
+COMMANDS = "info, train, bench, export, exercises, execute, download, nbgrader-setup, student-build"
 
 
 def run_info(args):
@@ -85,6 +86,10 @@ def parser():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["nbgrader-setup"], ["student-build"]):  # teachers' tools
+        from .teach import main as teach
+        return teach(argv)
     p = parser()
     args = p.parse_args(argv)
     if getattr(args, "run", None) is None:

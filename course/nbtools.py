@@ -1,4 +1,5 @@
-"""Notebook tooling: export `#| export` cells to course/ modules, and write the student notebooks."""
+"""Notebook tooling: export `#| export` cells to course/ modules, stamp nbgrader's cell metadata into the notebooks,
+and write the student notebooks."""
 import copy
 import json
 import re
@@ -16,6 +17,9 @@ SHOW_SAVED = "# SHOW_SAVED"  # marks a cell whose saved (GPU) output the prose d
 YOUR_CODE = "# YOUR CODE HERE"
 EXERCISE_RE = re.compile(r"^\s*#\s*(Exercise \d+\.\d+)\s*[:.-]\s*(.+?)\s*$", re.M)
 DIRECTIVE_RE = re.compile(r"^\s*#\|\s*(\w+)\s*(\S*)\s*$")
+CHECK_CALL_RE = re.compile(r"^\s*check_\w+\(", re.M)
+NBGRADER_SCHEMA = 3  # nbgrader 0.9's cell metadata schema
+CHECK_POINTS = 1  # points of one exercise's check under nbgrader autograde
 
 
 def solution_notebooks():
@@ -81,7 +85,8 @@ def _write_or_check(path, text, check, stale):
 
 
 def export(check=False):
-    """Regenerate course/<module>.py from every notebook; return the files that changed (or would)."""
+    """Regenerate course/<module>.py from every notebook and stamp nbgrader metadata into the notebooks; return the
+    files that changed (or would)."""
     stale, owner = [], {}
     for nb in solution_notebooks():
         for module, chunks in exported_modules(nb).items():
@@ -95,6 +100,59 @@ def export(check=False):
             stale.append(path.relative_to(ROOT))
             if not check:
                 path.unlink()
+    return stale + stamp_nbgrader(check)
+
+
+def grade_id(label):
+    """nbgrader's id of an exercise: "Exercise 2.1" -> "ex-2-1" (stable: it keys the gradebook)."""
+    return "ex-" + label.split()[-1].replace(".", "-")
+
+
+def _nbgrader(grade_id, solution=False, grade=False, locked=False, points=None):
+    meta = dict(grade=grade, grade_id=grade_id, locked=locked, schema_version=NBGRADER_SCHEMA, solution=solution,
+                task=False)
+    if points is not None:
+        meta["points"] = points
+    return meta
+
+
+def nbgrader_cells(nb, name):
+    """{cell index: nbgrader metadata} of a solution notebook: each exercise cell a solution cell, the check cell
+    after it an autograded test cell (locked, CHECK_POINTS points). The markdown specs stay unmarked: autograding
+    never depends on them, and nbgrader's read-only lock would only stop students from taking notes in them."""
+    cells, marks = nb["cells"], {}
+    for i, cell in enumerate(cells):
+        src = source(cell)
+        if cell["cell_type"] != "code" or BEGIN not in src:
+            continue
+        m = EXERCISE_RE.search(src)
+        if not m:
+            raise ValueError(f"{name} cell {i}: a solution block needs a `# Exercise N.M: title` comment in its cell")
+        label, gid = m.group(1), grade_id(m.group(1))
+        marks[i] = _nbgrader(gid, solution=True)
+        j = next((j for j in range(i + 1, len(cells)) if cells[j]["cell_type"] == "code"), None)
+        if j is None or BEGIN in source(cells[j]) or not CHECK_CALL_RE.search(source(cells[j])):
+            raise ValueError(f"{name} cell {i}: the code cell after {label} must be its check (`check_...(...)`)")
+        marks[j] = _nbgrader(f"{gid}-check", grade=True, locked=True, points=CHECK_POINTS)
+    return marks
+
+
+def stamp_nbgrader(check=False):
+    """Write nbgrader's cell metadata into notebooks/NN_*.ipynb (metadata only: sources and outputs are kept);
+    return the notebooks that changed (or would)."""
+    stale = []
+    for path in solution_notebooks():
+        text = path.read_text(encoding="utf-8")
+        nb = json.loads(text)
+        marks = nbgrader_cells(nb, path.name)
+        for i, cell in enumerate(nb["cells"]):
+            cell.setdefault("metadata", {}).pop("nbgrader", None)
+            if i in marks:
+                cell["metadata"]["nbgrader"] = marks[i]
+        if dumps(nb) != text:
+            stale.append(path.relative_to(ROOT))
+            if not check:
+                path.write_text(dumps(nb), encoding="utf-8")
     return stale
 
 
