@@ -16,7 +16,7 @@ import math
 import time
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, int32, uint64
 
 import course
 from course.grad import mlp_grads_ref, mlp_loss_ref
@@ -70,6 +70,23 @@ def stage_rows(perm, base, B, sRows):
 
 
 @cuda.jit(device=True)
+def strided_dot(a, ia, da, b, ib, db, n):
+    """sum over s < n of a[ia + s * da] * b[ib + s * db]: the inner loop of both matrix products, two sums in flight.
+    The indices are unsigned: numba then skips its negative-index check (a third of this loop's instructions)."""
+    i, di, k, dk = uint64(ia), uint64(da), uint64(ib), uint64(db)
+    a0 = float32(0.0)
+    a1 = float32(0.0)
+    for _ in range(n // 2):
+        a0 += a[i] * b[k]
+        a1 += a[i + di] * b[k + dk]
+        i += di + di
+        k += dk + dk
+    if n % 2:
+        a0 += a[i] * b[k]
+    return a0 + a1
+
+
+@cuda.jit(device=True)
 def stage_tile(X, sRows, B, W1, r0, j0, k0, sX, sW):
     """Shared copies for one round of a forward tile: sX[i, kk] = X[rows[r0 + i], k0 + kk] (TR rows, row stride XS)
     and sW[kk, jj] = W1[k0 + kk, j0 + jj] (KC x TJ); zeros past the edges. A thread issues 2 * UNROLL loads before
@@ -108,16 +125,8 @@ def tile_dots(sX, sW, kc, sAcc):
         o = u - lane * (TR * TJ)
         i = o // TJ
         jj = o - i * TJ
-        a0 = float32(0.0)                    # two independent sums: more arithmetic in flight
-        a1 = float32(0.0)
-        kk = lane
-        while kk + lanes < kc:
-            a0 += sX[i * XS + kk] * sW[kk * TJ + jj]
-            a1 += sX[i * XS + kk + lanes] * sW[(kk + lanes) * TJ + jj]
-            kk += 2 * lanes
-        if kk < kc:
-            a0 += sX[i * XS + kk] * sW[kk * TJ + jj]
-        sAcc[u] += a0 + a1
+        n = (kc - lane + lanes - 1) // lanes     # inputs kk = lane, lane + lanes, ... below kc
+        sAcc[u] += strided_dot(sX, i * XS + lane, lanes, sW, lane * TJ + jj, lanes * TJ, n)
     cuda.syncthreads()                       # sX and sW are overwritten by the next round
 
 
@@ -181,40 +190,42 @@ def forward_phase(X, perm, base, params, H, logits, scratch, sRows):
 
 @cuda.jit(device=True)
 def backward_phase(y, perm, base, W2, H, logits, dZ2, dH, losses, step):
-    """Phase 2, one thread per element (r, j) of H: the softmax of row r's logits, dZ2[r, c] = (P - onehot) / B,
-    dH[r * hidden + j] = (dZ2[r] W2[j]^T) * [H[r, j] > 0]; thread j = 0 also writes dZ2[r] and adds the row's
-    loss / B. The loops over the NC_PAD padded classes have a constant length: unrolled, their loads go out at once."""
+    """Phase 2, one batch row r per block at a time: threads c < C compute the row's softmax and
+    dZ2[r, c] = (P - onehot) / B (the thread of the label adds the row's loss / B); then every thread j:
+    dH[r * hidden + j] = (dZ2[r] W2[j]^T) * [H[r, j] > 0]. Every thread of the block must call it."""
+    t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = H.shape
     C = logits.shape[1]
+    sZ = cuda.shared.array(NC_PAD, float32)  # the row's dZ2, zero-padded
     z = cuda.local.array(NC_PAD, float32)    # registers: the row's logits
-    w = cuda.local.array(NC_PAD, float32)    # W2[j, :]
-    for e in range(cuda.grid(1), B * hidden, cuda.gridsize(1)):
-        r = e // hidden
-        j = e - r * hidden
-        label = y[perm[base + r]]
-        h = H[r, j]
-        for c in range(NC_PAD):              # every load first: the padding repeats class C - 1 (no branches)
-            z[c] = logits[r, min(c, C - 1)]
-            w[c] = W2[j, min(c, C - 1)]      # the old W2: it changes only in phase 3
-        m = z[0]                             # each thread recomputes the row's softmax: 10 terms, no barrier
-        for c in range(1, NC_PAD):
-            m = max(m, z[c])
-        s = float32(0.0)
-        z_label = float32(0.0)
-        for c in range(NC_PAD):
-            s += math.exp(z[c] - m) if c < C else float32(0.0)
-            z_label = z[c] if c == label else z_label
-        acc = float32(0.0)
-        for c in range(NC_PAD):
-            onehot = float32(1.0) if c == label else float32(0.0)
-            dz = (math.exp(z[c] - m) / s - onehot) / float32(B)
-            if c < C:
-                acc += dz * w[c]
-                if j == 0:
-                    dZ2[r, c] = dz
-        dH[e] = acc if h > float32(0.0) else float32(0.0)
-        if j == 0:
-            cuda.atomic.add(losses, step, (math.log(s) - (z_label - m)) / float32(B))
+    for r in range(cuda.blockIdx.x, B, cuda.gridDim.x):
+        if t < NC_PAD:
+            label = y[perm[base + r]]
+            for c in range(NC_PAD):          # every load first: the padding repeats class C - 1 (no branches)
+                z[c] = logits[r, min(c, C - 1)]
+            m = z[0]                         # each thread recomputes the max and the sum: 10 terms, no barrier
+            for c in range(1, NC_PAD):
+                m = max(m, z[c])
+            s = float32(0.0)
+            for c in range(NC_PAD):
+                s += math.exp(z[c] - m) if c < C else float32(0.0)
+            dz = float32(0.0)
+            if t < C:
+                zt = logits[r, t]
+                onehot = float32(1.0) if t == label else float32(0.0)
+                dz = (math.exp(zt - m) / s - onehot) / float32(B)
+                dZ2[r, t] = dz
+                if t == label:
+                    cuda.atomic.add(losses, step, (math.log(s) - (zt - m)) / float32(B))
+            sZ[t] = dz
+        cuda.syncthreads()
+        for j in range(t, hidden, nt):       # a warp: 32 neighbouring j (rows of W2)
+            h = H[r, j]
+            acc = float32(0.0)
+            for c in range(NC_PAD):          # constant length: unrolled, the loads go out at once
+                acc += sZ[c] * W2[j, min(c, C - 1)]   # the old W2: it changes only in phase 3
+            dH[r * hidden + j] = acc if h > float32(0.0) else float32(0.0)
+        cuda.syncthreads()                   # sZ is reused by the block's next row
 
 
 @cuda.jit(device=True)
@@ -238,16 +249,7 @@ def update_W1(X, sRows, B, lr, W1, sdH, sXk):
             j = u - kk * hidden
             if k0 + kk < K:
                 w = W1[k0 + kk, j]           # loaded now, used after the sum: the wait overlaps the arithmetic
-                a0 = float32(0.0)
-                a1 = float32(0.0)
-                r = 0
-                while r + 1 < B:
-                    a0 += sXk[kk * B + r] * sdH[r * hidden + j]
-                    a1 += sXk[kk * B + r + 1] * sdH[(r + 1) * hidden + j]
-                    r += 2
-                if r < B:
-                    a0 += sXk[kk * B + r] * sdH[r * hidden + j]
-                W1[k0 + kk, j] = w - lr * (a0 + a1)
+                W1[k0 + kk, j] = w - lr * strided_dot(sXk, kk * B, 1, sdH, j, hidden, B)
         cuda.syncthreads()                   # sXk is overwritten by the next round
 
 
@@ -327,7 +329,7 @@ def forward_kernel(X, perm, step, W1, b1, W2, b2, H, logits):
 
 @cuda.jit(**_JIT)
 def backward_kernel(y, perm, step, W2, H, logits, dZ2, dH, losses):
-    """Phase 2 of step `step` as its own launch (any grid: threads stride over the elements of H)."""
+    """Phase 2 of step `step` as its own launch (any grid: blocks stride over the batch rows)."""
     backward_phase(y, perm, step * H.shape[0], W2, H, logits, dZ2, dH, losses, step)
 
 
@@ -398,13 +400,12 @@ class FusedTrainer:
         self.batch_size = batch_size
 
     def phase_grids(self):
-        """Blocks of the three launches of mode "phases": a block per forward tile, a thread per element of H, a
-        thread per element of W1 (and at least a block per hidden unit)."""
+        """Blocks of the three launches of mode "phases": a block per forward tile, a block per batch row, a thread
+        per element of W1 (and at least a block per hidden unit)."""
         if self._blocks:
             return self._blocks, self._blocks, self._blocks
         B, (K, hidden) = self.batch_size, self.W[0].shape
-        return (cdiv(B, TR) * cdiv(hidden, TJ), cdiv(B * hidden, self.threads),
-                max(hidden + 1, cdiv(K * hidden, self.threads)))
+        return cdiv(B, TR) * cdiv(hidden, TJ), B, max(hidden + 1, cdiv(K * hidden, self.threads))
 
     def grid(self, args):
         """Blocks of the cooperative launch: as many as the busiest phase has work for, at most as many as can be
