@@ -62,14 +62,6 @@ def sgd_epoch_ref(X, y, perm, params, batch_size, lr):
 
 
 @cuda.jit(device=True)
-def stage_rows(perm, base, B, sRows):
-    """sRows[r] = perm[base + r]: the training rows of the batch, read once per phase (the gather, no copy of X)."""
-    for r in range(cuda.threadIdx.x, B, cuda.blockDim.x):
-        sRows[r] = perm[base + r]
-    cuda.syncthreads()
-
-
-@cuda.jit(device=True)
 def strided_dot(a, ia, da, b, ib, db, n):
     """sum over s < n of a[ia + s * da] * b[ib + s * db]: the inner loop of both matrix products, two sums in flight.
     The indices are unsigned: numba then skips its negative-index check (a third of this loop's instructions)."""
@@ -84,6 +76,14 @@ def strided_dot(a, ia, da, b, ib, db, n):
     if n % 2:
         a0 += a[i] * b[k]
     return a0 + a1
+
+
+@cuda.jit(device=True)
+def stage_rows(perm, base, B, sRows):
+    """sRows[r] = perm[base + r]: the training rows of the batch, read once per phase (the gather, no copy of X)."""
+    for r in range(cuda.threadIdx.x, B, cuda.blockDim.x):
+        sRows[r] = perm[base + r]
+    cuda.syncthreads()
 
 
 @cuda.jit(device=True)
