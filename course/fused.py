@@ -7,7 +7,7 @@ grid-wide barriers between the phases.
 
 Phase 1, forward, in tiles of TR batch rows x TJ hidden units: H = ReLU(X[rows] W1 + b1), and the tile's share of
 the logits, H[rows, tile] W2[tile, :], added atomically into `logits` (zero before the step; b2 added once per row).
-Phase 2, backward, one thread per element of H: the row's softmax, its loss, dZ2 = (P - onehot) / B and
+Phase 2, backward, one block per batch row: the row's softmax, its loss, dZ2 = (P - onehot) / B and
 dH = (dZ2 W2^T) * [H > 0].
 Phase 3, update: every parameter's gradient (a sum over the batch) and its SGD step, in place, one thread per
 parameter (race-free); dH and the batch's columns of X are staged in shared memory first. `logits` is zeroed for
@@ -31,13 +31,13 @@ KC = 512           # forward tile: inputs staged per round (784 inputs: 2 rounds
 XS = KC + 1        # row stride of the staged rows of X (+1: the 4 rows a warp reads at once sit in 4 banks)
 DH_CELLS = 8192    # update: dH (B, hidden) staged in shared memory, so batch_size * hidden <= 8192
 X_CELLS = 1024     # update: X[rows, k] for the rows k of W1 a block updates at once
-NC_PAD = 16        # classes padded: at most 15 outputs (cell 15 of a column holds b1's sum)
+NC_PAD = 16        # classes padded: at most 15 outputs (cell C of a column's sums holds b1's)
 LANES = 32         # at most this many lanes split the batch sum of a column of W2 (LANES * NC_PAD cells)
 MAX_THREADS = 1024
 MAX_BATCH = 1024   # the batch's row numbers, staged in shared memory
 FWD_CELLS = TR * XS + KC * TJ + MAX_THREADS + TR * TJ   # phase 1: rows of X, a strip of W1, partial sums, H tile
 UPD_CELLS = DH_CELLS + X_CELLS + LANES * NC_PAD          # phase 3: dH, columns of X, partial column sums
-SCRATCH = max(FWD_CELLS, UPD_CELLS)   # floats of shared memory per block (40 KB of the 48 KB a block may declare)
+SCRATCH = max(FWD_CELLS, UPD_CELLS)   # floats per block: 38 KB (+ 4 KB of row numbers) of the 48 KB allowed
 UNROLL = 8         # loads a thread issues before it waits for the first (a loop of constant length is unrolled)
 REGS = 128         # registers per thread at most, so that 512-thread blocks fit one per SM
 THREADS = 512      # threads per block on a GPU
