@@ -9,7 +9,7 @@ first touch), epoch_s is the median of the others, test_acc is measured after th
   course_fused         course.fused, one cooperative launch per epoch (the fastest loop)
   course_fused_step    course.fused, one cooperative launch per step
   course_fused_step_graph  that launch recorded into a CUDA graph, replayed per step
-  course_fused_phases  course.fused, two plain launches per step
+  course_fused_phases  course.fused, three plain launches per step
   numpy                the float64 NumPy twins (course.grad.mlp_grads_ref) on the CPU: an epoch timed on a subset
                        of the batches and scaled to the full epoch (flagged "scaled")
   pytorch_eager        torch.nn, the same initial parameters copied in, on CUDA when available (skipped with a note
@@ -88,7 +88,7 @@ def bench_fused(data, cfg, mode):
     steps = len(data[0]) // cfg["batch_size"]
     row = _summary([e["seconds"] for e in hist["epoch"]], [e["test_acc"] for e in hist["epoch"]], cfg)
     what = {"epoch": "one cooperative launch per epoch", "step": "one cooperative launch per step",
-            "phases": "two plain launches per step (rows, then parameters)"}[mode]
+            "phases": "three plain launches per step (forward, backward, update)"}[mode]
     return dict(row, launches_per_step=LAUNCHES_PER_STEP[mode] + 1 / steps,
                 note=f"course.fused mode={mode!r}: {what}; plus one launch per epoch that zeroes the losses")
 
@@ -112,12 +112,12 @@ def bench_graph(data, cfg, loop):
         if loop != "fused_step":
             raise
         fell_back = (f"; the cooperative step kernel could not be recorded ({type(e).__name__}: "
-                     f"{str(e).splitlines()[0] if str(e) else ''}), so its two-launch form (mode 'phases') was")
+                     f"{str(e).splitlines()[0] if str(e) else ''}), so its three-launch form (mode 'phases') was")
         loop = "fused_phases"
         hist = fit_graph(*data, hidden=cfg["hidden"], epochs=cfg["epochs"], batch_size=cfg["batch_size"], lr=LR,
                          seed=SEED, loop=loop, progress=False)
     row = _summary([e["seconds"] for e in hist["epoch"]], [e["test_acc"] for e in hist["epoch"]], cfg)
-    inside = {"plain": PLAIN_LAUNCHES, "fused_step": 1, "fused_phases": 2}[loop] + 2
+    inside = {"plain": PLAIN_LAUNCHES, "fused_step": 1, "fused_phases": 3}[loop] + 2
     return dict(row, launches_per_step=1, kernels_per_step=inside,
                 note=f"course.graphs loop={loop!r}: one graph replay per step ({inside} kernels recorded: the "
                      f"step's and two that read the batch's indices and store the loss on the device){fell_back}")

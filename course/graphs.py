@@ -105,7 +105,7 @@ class GraphLoop:
     """SGD on the MLP where a step is ONE replay of a recorded graph. params: a FlatParams (changed in place).
 
     loop "plain": notebook 06's train_step and the two gathers (15 launches); "fused_step": course.fused's
-    cooperative step kernel (1); "fused_phases": its two-launch form (2). Each graph adds batch_index_kernel before
+    cooperative step kernel (1); "fused_phases": its three-launch form (3). Each graph adds batch_index_kernel before
     and record_loss_kernel after. n: examples per epoch (a multiple of batch_size)."""
 
     def __init__(self, X_d, y_d, params, batch_size, lr, n, loop="plain", graph=True, threads=None):

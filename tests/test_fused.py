@@ -48,9 +48,10 @@ def test_step_kernel_matches_the_plain_loop(data, plain):
 
 @pytest.mark.parametrize("blocks,hidden", [(3, 40), (11, 8)], ids=["3 blocks, hidden 40", "11 blocks > batch"])
 def test_phase_kernels_on_several_blocks_match_the_numpy_twin(data, blocks, hidden):
-    """The grid-stride loops with more than one block (rows over blocks, parameters over the grid), and hidden
-    larger than the block (each thread then owns several hidden units): only the two-launch mode can show it in
-    the simulator, whose grid barrier needs a one-block grid; the cooperative kernels run the same device code."""
+    """The grid-stride loops with more than one block (tiles, rows and rows of W1 over blocks), hidden larger than
+    the block (each thread then owns several hidden units) and not a multiple of the tile: only the three-launch
+    mode can show it in the simulator, whose grid barrier needs a one-block grid; the cooperative kernels run the
+    same device code."""
     from numba import cuda
     X, y = data[0], data[1]
     params = init_params(hidden, SEED, n_in=X.shape[1])
@@ -77,6 +78,9 @@ def test_arguments_are_checked(data):
         FusedTrainer(params, 2048, LR)
     with pytest.raises(ValueError, match="hidden"):
         FusedTrainer(init_params(2000, SEED, n_in=49), BATCH, LR)
+    with pytest.raises(ValueError, match=r"batch_size \* hidden <= 8192"):   # dH must fit in shared memory
+        FusedTrainer(init_params(129, SEED, n_in=49), 64, LR)
+    FusedTrainer(init_params(128, SEED, n_in=49), 64, LR)                        # 64 * 128 = 8192 fits
     if course.SIMULATOR:
         with pytest.raises(ValueError, match="one block"):
             FusedTrainer(params, BATCH, LR, mode="epoch", blocks=2)

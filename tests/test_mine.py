@@ -202,7 +202,7 @@ def test_train_mine_on_the_command_line(mine_dir, monkeypatch, capsys, tmp_path)
     import course.data
     from course.__main__ import main
     X, y, Xt, yt = (a[:16] for a in course.data.load_mnist())
-    monkeypatch.setattr(course.data, "load_mnist", lambda root=None: (X, y, Xt, yt))
+    monkeypatch.setattr(course.data, "load_mnist", lambda root=None, dataset=None: (X, y, Xt, yt))
     args = ["train", "--mine", "--quick", "--epochs", "1", "--batch-size", "16", "--hidden", "8"]
     assert main(args + ["--out", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
