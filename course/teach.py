@@ -84,7 +84,8 @@ def student_build(dest):
             path.unlink()
     for module, text in modules.items():
         (dest / "course" / f"{module}.py").write_text(text, encoding="utf-8")
-    shutil.copytree(nbtools.EXERCISES, dest / "notebooks" / "exercises", ignore=ignore)
+    own_work = shutil.ignore_patterns("__pycache__", "*.pyc", "mine", ".ipynb_checkpoints")  # this checkout's saved passes
+    shutil.copytree(nbtools.EXERCISES, dest / "notebooks" / "exercises", ignore=own_work)
     if (nbtools.PACKAGE / "mine.py").exists():  # issue 11's switch: the student's passing solutions replace stubs
         for path in sorted((dest / "notebooks" / "exercises").glob("[0-9][0-9]_*.ipynb")):
             if path.name[:2] >= "02":
