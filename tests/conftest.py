@@ -1,2 +1,44 @@
-"""Import course first: it chooses the GPU or the CUDA simulator before numba.cuda is imported."""
+"""Import course first: it chooses the GPU or the CUDA simulator before numba.cuda is imported.
+
+Shared helpers of the check tests: `mutant` plants a one-line bug in a solution, `rejects` asserts a check fails."""
+import inspect
+import textwrap
+
+import pytest
+
 import course  # noqa: F401
+
+
+def mutant(fn, old, new, count=1):
+    """A copy of fn (a @cuda.jit kernel or device function, or a plain function) whose source has `old`
+    replaced by `new`; `old` must occur exactly `count` times (default once), so a planted bug cannot silently
+    miss its target. The copy runs in fn's own globals, and is re-jitted with cuda.jit if fn was a kernel."""
+    from numba import cuda
+    py = getattr(fn, "py_func", fn)
+    src = textwrap.dedent(inspect.getsource(py))
+    src = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith("@"))  # drop decorators
+    found = src.count(old)
+    assert found == count, f"{old!r} occurs {found} times in {py.__name__}, expected {count}"
+    src = src.replace(old, new)
+    scope = {}
+    exec(compile(src, f"<mutant of {py.__name__}: {old!r} -> {new!r}>", "exec"), py.__globals__, scope)
+    out = scope[py.__name__]
+    out.__name__ = py.__name__
+    if hasattr(fn, "py_func"):
+        device = getattr(fn, "_device", None)  # the simulator's kernels
+        if device is None:
+            device = fn.targetoptions.get("device", False)
+        return cuda.jit(device=True)(out) if device else cuda.jit(out)
+    return out
+
+
+def rejects(check, wrong, exercise, says, *args, **kw):
+    """Assert check(wrong) raises CheckFailure for `exercise` with a hint and one of `says`; return the message."""
+    from course.checks import CheckFailure
+    with pytest.raises(CheckFailure) as e:
+        check(wrong, *args, **kw)
+    msg = str(e.value)
+    assert exercise in msg, msg
+    assert "Hint:" in msg or "cannot run" in msg, msg
+    assert any(s in msg for s in says), msg
+    return msg

@@ -189,29 +189,29 @@ def test_failure_names_first_wrong_index_expected_and_got():
 
 
 def test_inputs_are_random_not_ramps():
-    seen = []
-
     @cuda.jit
     def spy(x, out):
         i = cuda.grid(1)
         if i < out.size:
             out[i] = x[i] / np.float32(255.0)
 
-    cases = []
+    per_check = {}
     original = checks.run_cases
     try:
-        checks.run_cases = lambda ex, k, c, **kw: cases.extend(c)
-        checks.check_scale_kernel(spy)
-        checks.check_gather_kernel(spy)
+        for check in (checks.check_scale_kernel, checks.check_gather_kernel):
+            checks.run_cases = lambda ex, k, c, **kw: per_check.setdefault(ex, []).extend(c)
+            check(spy)
     finally:
         checks.run_cases = original
-    for c in cases:
-        for a in c["inputs"]:
-            flat = np.asarray(a).ravel()
-            if flat.size > 8 and a.dtype.kind == "f":
-                assert not np.all(np.diff(flat) == np.diff(flat)[0]), "arange-like input"
-                assert len(np.unique(flat)) > flat.size // 2, "constant-like input"
-        # sizes that are not multiples of the block, in every case
-        block = c["block"] if isinstance(c["block"], tuple) else (c["block"],)
-        assert any(n % b for n, b in zip(reversed(c["expected"].shape), block)), c["name"]
-    assert len({str(c["block"]) for c in cases}) >= 4  # several launch shapes
+    assert len(per_check) == 2
+    for cases in per_check.values():
+        for c in cases:
+            for a in c["inputs"]:
+                flat = np.asarray(a).ravel()
+                if flat.size > 8 and a.dtype.kind == "f":
+                    assert not np.all(np.diff(flat) == np.diff(flat)[0]), "arange-like input"
+                    assert len(np.unique(flat)) > flat.size // 2, "constant-like input"
+        # sizes that are not multiples of the block, and sizes that are (a kernel for full blocks only)
+        assert {core.is_round(c) for c in cases} == {True, False}
+        assert sum(not core.is_round(c) for c in cases) >= 3
+    assert len({str(c["block"]) for cases in per_check.values() for c in cases}) >= 4  # several launch shapes

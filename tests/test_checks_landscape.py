@@ -104,7 +104,7 @@ def combine_reads_next(theta, d1, d2, a, b, out):
 @pytest.mark.parametrize("kernel, says", [
     (combine_no_guard, OOB), (combine_off_by_one, OOB), (combine_swapped_coefficients, WRONG),
     (combine_a_twice, WRONG), (combine_forgets_theta, WRONG), (combine_minus, WRONG),
-    (combine_leaves_last, NAN), (combine_block_only, NAN), (combine_in_place, NAN),
+    (combine_leaves_last, NAN), (combine_block_only, NAN), (combine_in_place, ["wrote into its input theta"]),
     (combine_reads_next, WRONG + NAN + OOB),
 ])
 def test_combine_check_rejects(kernel, says):
@@ -121,9 +121,10 @@ def test_combine_cases_are_random_odd_and_varied():
         checks.run_cases = original
     assert len({c["block"] for c in cases}) >= 2
     assert any(c["grid"] * c["block"] - c["inputs"][0].size >= c["block"] for c in cases)   # a spare block
+    assert sum(c["inputs"][0].size % c["block"] != 0 for c in cases) >= 3       # odd sizes
+    assert any(c["inputs"][0].size % c["block"] == 0 for c in cases)             # and whole blocks
     for c in cases:
         theta, d1, d2, a, b = c["inputs"]
-        assert theta.size % c["block"]
         assert isinstance(a, np.float32) and isinstance(b, np.float32) and abs(abs(a) - abs(b)) >= 0.2
         if theta.size > 8:
             assert len(np.unique(theta)) > theta.size // 2 and not np.array_equal(d1, d2)
