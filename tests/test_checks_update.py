@@ -327,10 +327,11 @@ def test_cases_are_random_odd_sized_multi_step_and_varied():
         checks.check_adam_kernel(adam_kernel)
     finally:
         checks.run_inplace_steps = original
-    assert len(cases) == 9
+    assert len(cases) == 12
+    assert sum(c["state"][0].size % c["block"] != 0 for c in cases) == 9  # the last block sticks out
+    assert sum(c["state"][0].size % c["block"] == 0 for c in cases) == 3  # and one case per check of full blocks
     for c in cases:
         n = c["state"][0].size
-        assert n % c["block"], c["name"]                       # the last block sticks out
         assert c["grid"] * c["block"] >= n
         assert len(c["steps"]) >= 3                            # several steps on the same buffers
         grads = [s[0] for s in c["steps"]]
