@@ -192,12 +192,15 @@ def test_softmax_check_cases_are_random_odd_and_include_large_logits(monkeypatch
     monkeypatch.setattr(checks, "run_cases", lambda ex, k, c, **kw: cases.extend(c))
     checks.check_softmax_xent_kernel(L.softmax_xent_kernel)
     assert len({c["block"] for c in cases}) >= 2
+    assert sum(c["inputs"][0].shape[0] % c["block"] != 0 for c in cases) >= 4  # the last block sticks out
+    assert any(c["inputs"][0].shape[0] % c["block"] == 0 for c in cases)        # and every block full
     for c in cases:
         z = c["inputs"][0]
-        assert z.shape[0] % c["block"], "B must not be a multiple of the block"
         assert len(np.unique(z)) > z.size // 2
     assert any(np.abs(c["inputs"][0]).max() > 89 for c in cases)  # exp overflows float32 above 88.7
     assert any((c["inputs"][0].max(axis=1) < -104).any() for c in cases)  # a whole row underflows
+    lead = [z[:, -1] - z[:, :-1].max(axis=1) for z in (c["inputs"][0] for c in cases)]
+    assert any((d > 89).any() for d in lead)  # the last logit leads by more than exp can take: a max must see it
 
 
 # --- Exercise 3.2: planted wrong reductions ---------------------------------------------------------------
