@@ -1,6 +1,7 @@
 """Import course first: it chooses the GPU or the CUDA simulator before numba.cuda is imported.
 
 Shared helpers of the check tests: `mutant` plants a one-line bug in a solution, `rejects` asserts a check fails."""
+import ast
 import inspect
 import textwrap
 
@@ -10,13 +11,17 @@ import course  # noqa: F401
 
 
 def mutant(fn, old, new, count=1):
-    """A copy of fn (a @cuda.jit kernel or device function, or a plain function) whose source has `old`
-    replaced by `new`; `old` must occur exactly `count` times (default once), so a planted bug cannot silently
-    miss its target. The copy runs in fn's own globals, and is re-jitted with cuda.jit if fn was a kernel."""
+    """A copy of fn (a @cuda.jit kernel or device function, or a plain function) whose source (without its
+    docstring) has `old` replaced by `new`; `old` must occur exactly `count` times (default once), so a planted
+    bug cannot silently miss its target. The copy runs in fn's own globals, and is re-jitted with cuda.jit if fn was a kernel."""
     from numba import cuda
     py = getattr(fn, "py_func", fn)
     src = textwrap.dedent(inspect.getsource(py))
-    src = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith("@"))  # drop decorators
+    lines = src.splitlines()
+    body = ast.parse(src).body[0].body
+    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        del lines[body[0].lineno - 1:body[0].end_lineno]  # the docstring: mutations target code only
+    src = "\n".join(line for line in lines if not line.lstrip().startswith("@"))  # and drop decorators
     found = src.count(old)
     assert found == count, f"{old!r} occurs {found} times in {py.__name__}, expected {count}"
     src = src.replace(old, new)

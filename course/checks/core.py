@@ -344,8 +344,8 @@ def launch(exercise, case, kernel, grid, block, args, hint):
                 fail(exercise, case, f"out-of-bounds access: {e}", hint)
         if isinstance(e, NotImplementedError) and STUB_RE.match(str(e)):
             raise
-        what = "the GPU refused the launch" if "Cuda" in type(e).__name__ else "your kernel raised"
-        fail(exercise, case, f"{what}: {type(e).__name__}: {e}", hint)
+        what = "the GPU refused the launch:" if "Cuda" in type(e).__name__ else "your kernel raised"
+        fail(exercise, case, f"{what} {type(e).__name__}: {e}", hint)
 
 
 def check_guards(exercise, case, full, guard, shape, hint):
