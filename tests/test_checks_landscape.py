@@ -3,9 +3,10 @@ from math import prod
 
 import numpy as np
 import pytest
+from conftest import rejects
 from numba import cuda
 
-from course.checks import CheckFailure
+from course import landscape as LS
 from course.checks import landscape as checks
 from course.landscape import combine_kernel, filter_normalize, project_to_plane
 
@@ -15,14 +16,6 @@ def test_solutions_pass():
     checks.check_project_to_plane(project_to_plane)
     checks.check_filter_normalize(filter_normalize)
 
-
-def rejected(check, fn, says, exercise):
-    with pytest.raises(CheckFailure) as e:
-        check(fn)
-    msg = str(e.value)
-    assert exercise in msg and "Hint:" in msg, msg
-    assert any(s in msg for s in says), msg
-    return msg
 
 
 OOB = ["outside the output", "out-of-bounds"]  # a GPU writes into the guard cells; the simulator raises
@@ -108,7 +101,7 @@ def combine_reads_next(theta, d1, d2, a, b, out):
     (combine_reads_next, WRONG + NAN + OOB),
 ])
 def test_combine_check_rejects(kernel, says):
-    rejected(checks.check_combine_kernel, kernel, says, "Exercise 7.1")
+    rejects(checks.check_combine_kernel, kernel, "Exercise 7.1", says)
 
 
 def test_combine_cases_are_random_odd_and_varied():
@@ -175,7 +168,7 @@ def project_in_place(S, theta_n, d1, d2):
     (project_transposed, ["shape"]), (project_in_place, ["changed"]),
 ])
 def test_projection_check_rejects(fn, says):
-    rejected(checks.check_project_to_plane, fn, says, "Exercise 7.2")
+    rejects(checks.check_project_to_plane, fn, "Exercise 7.2", says)
 
 
 # --- planted wrong answers for Exercise 7.3 (filter normalization) -----------------------------------------
@@ -250,7 +243,7 @@ def normalize_keeps_padding(d, theta, layout, ignore_bias=True):
     (normalize_returns_theta, ["parallel"]), (normalize_keeps_padding, ["padding"]),
 ])
 def test_filter_normalize_check_rejects(fn, says):
-    rejected(checks.check_filter_normalize, fn, says, "Exercise 7.3")
+    rejects(checks.check_filter_normalize, fn, "Exercise 7.3", says)
 
 
 # --- the machinery ------------------------------------------------------------------------------------
@@ -271,3 +264,26 @@ def test_unimplemented_stubs_raise_the_exercise_message():
                              (checks.check_filter_normalize, stub3, "Exercise 7.3")):
         with pytest.raises(NotImplementedError, match=label):
             check(fn)
+
+
+# --- dtypes the specs state, and inputs left alone: one-line mutations of the solutions ---------------------
+
+def test_projection_in_float32_rejected():
+    from conftest import mutant
+    wrong = mutant(LS.project_to_plane, "np.float64", "np.float32", count=3)
+    rejects(checks.check_project_to_plane, wrong, "Exercise 7.2", ["float64"])
+
+
+def test_projection_that_centres_theta_n_in_place_rejected():
+    from conftest import mutant
+    wrong = mutant(LS.project_to_plane, "R = np.asarray(snapshots, np.float64) - np.asarray(theta_n, np.float64)",
+                   "R = np.asarray(snapshots, np.float64) - np.asarray(theta_n, np.float64); d1 *= 1")
+    wrong2 = mutant(LS.project_to_plane, "G = D.T @ D", "G = D.T @ D; d1 /= 2")
+    rejects(checks.check_project_to_plane, wrong2, "Exercise 7.2", ["was changed"])
+    checks.check_project_to_plane(wrong)  # multiplying by 1 changes nothing: it passes
+
+
+def test_filter_normalize_returning_float64_rejected():
+    from conftest import mutant
+    wrong = mutant(LS.filter_normalize, "out = np.zeros_like(d)", "out = np.zeros_like(d, dtype=np.float64)")
+    rejects(checks.check_filter_normalize, wrong, "Exercise 7.3", ["float32"])

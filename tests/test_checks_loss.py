@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import rejects
 from numba import cuda
 
 import course
@@ -27,15 +28,6 @@ def test_solutions_pass():
     checks.check_softmax_xent_kernel(L.softmax_xent_kernel)
     checks.check_sum_kernel(L.sum_kernel)
     checks.check_batch_mean(L.batch_mean)
-
-
-def rejects(check, wrong, exercise, says):
-    with pytest.raises(CheckFailure) as e:
-        check(wrong)
-    msg = str(e.value)
-    assert exercise in msg and "Hint:" in msg, msg
-    assert any(s in msg for s in says), msg
-    return msg
 
 
 # --- Exercise 3.1: planted wrong softmax kernels ----------------------------------------------------------
@@ -539,3 +531,53 @@ def test_unimplemented_stubs_raise_the_exercise_message():
         checks.check_sum_kernel(stub_kernel)
     with pytest.raises(NotImplementedError, match="Exercise 3.3"):
         checks.check_batch_mean(stub_mean)
+
+
+# --- classes that once passed, planted as one-line mutations (tests/conftest.py: mutant) ------------------
+
+def test_max_that_skips_the_last_logit_rejected():
+    from conftest import mutant
+    wrong = mutant(L.softmax_xent_kernel, "for c in range(1, C):", "for c in range(1, C - 1):")
+    rejects(checks.check_softmax_xent_kernel, wrong, "Exercise 3.1", ["never written", "NaN", "expected", "inf"])
+
+
+BARRIER = "            s[tid] += s[tid + half]\n        cuda.syncthreads()"
+
+
+@pytest.mark.skipif(not course.SIMULATOR, reason="only the simulator can see which barrier each thread reaches")
+def test_barrier_inside_a_divergent_branch_rejected():
+    from conftest import mutant
+    wrong = mutant(L.sum_kernel, BARRIER, "            s[tid] += s[tid + half]\n            cuda.syncthreads()")
+    rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", ["must reach the same cuda.syncthreads()"])
+    early = mutant(L.sum_kernel, "    cuda.syncthreads()                                    # every cell",
+                   "    if i >= x.size:\n        return\n    cuda.syncthreads()                                    # every cell")
+    rejects(checks.check_sum_kernel, early, "Exercise 3.2", ["must reach the same cuda.syncthreads()", "short by"])
+
+
+@pytest.mark.skipif(not course.SIMULATOR, reason="the simulator measures shared arrays; on a GPU this may fault")
+def test_shared_array_smaller_than_the_block_rejected():
+    from conftest import mutant
+    wrong = mutant(L.sum_kernel, "cuda.shared.array(MAX_BLOCK, np.float32)", "cuda.shared.array(128, np.float32)")
+    rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", ["cells for a block of 256 threads", "out-of-bounds"])
+
+
+@pytest.mark.parametrize("old, new, says", [
+    ("sum_kernel[cdiv(n, THREADS), THREADS](x, out)", "sum_kernel[THREADS, cdiv(n, THREADS)](x, out)",
+     ["the grid comes first"]),
+    ("sum_kernel[cdiv(n, THREADS), THREADS](x, out)", "sum_kernel[1, n](x, out)",
+     ["block size changes with n", "at most 1024"]),
+    ("zero_kernel[1, 1](out)", "out.copy_to_device(np.zeros(1, np.float32))", ["copied an array from the host"]),
+    ("zero_kernel[1, 1](out)", "out[:] = 0", ["copied values from the host"]),
+    ("div_kernel[1, 1](out, np.float32(n))", "out.copy_to_device(out.copy_to_host() / n)",
+     ["copied an array to the host"]),
+])
+def test_mean_launch_and_copies_rejected(old, new, says):
+    from conftest import mutant
+    rejects(checks.check_batch_mean, mutant(L.batch_mean, old, new), "Exercise 3.3", says)
+
+
+def test_mean_with_another_block_size_passes(capsys):
+    from conftest import mutant
+    other = mutant(L.batch_mean, "sum_kernel[cdiv(n, THREADS), THREADS](x, out)", "sum_kernel[cdiv(n, 128), 128](x, out)")
+    checks.check_batch_mean(other)
+    assert "✓ Exercise 3.3 passed" in capsys.readouterr().out

@@ -190,14 +190,15 @@ def _names(code):
     return names
 
 
-def barrier_mismatch(barriers):
-    """(block, thread a, its barriers, thread b, its barriers) for the first block whose threads did not all
-    reach the same cuda.syncthreads() calls in the same order; None if every block agrees."""
+def barrier_mismatch(barriers, block):
+    """(block, thread a, its barriers, thread b, its barriers) for the first block (of `block` threads, 1-D) whose
+    threads did not all reach the same cuda.syncthreads() calls in the same order (a thread that returned before
+    any barrier reached none); None if every block agrees."""
     by_block = {}
     for (blk, thr), lines in sorted(barriers.items()):
         by_block.setdefault(blk, {})[thr] = lines
     for blk, threads in by_block.items():
-        seqs = list(threads.items())
+        seqs = [((t, 0, 0), threads.get((t, 0, 0), [])) for t in range(block)]
         for thr, lines in seqs[1:]:
             if lines != seqs[0][1]:
                 return blk, seqs[0][0], seqs[0][1], thr, lines
@@ -246,7 +247,7 @@ def check_sum_kernel(sum_kernel, seed=0):
         if small:
             fail(ex, case, f"the shared array of line {small[0][1]} has {small[0][0]} cells for a block of {block} "
                  "threads: on a GPU the threads past its end write into memory that is not theirs", hint)
-        odd = barrier_mismatch(stats.barriers)
+        odd = barrier_mismatch(stats.barriers, block)
         if odd:
             blk, ta, la, tb, lb = odd
             fail(ex, case, f"in block {blk[0]}, thread {ta[0]} reached the barriers ({_short(la)}) and thread "
@@ -312,7 +313,9 @@ def no_host_copies(*, to_host=True, to_device=True, allocations=False):
     _HostCopy(what): the student's code must keep its work on the device, in the arrays it was given."""
     from numba import cuda
     cls = _device_array_class()
+    setitem = next(c for c in cls.__mro__ if "__setitem__" in vars(c))  # a[...] = host values: a copy too
     saved_cls = {k: vars(cls)[k] for k in ("copy_to_host", "copy_to_device") if k in vars(cls)}
+    saved_set = vars(setitem)["__setitem__"]
     mod_names = (["to_device"] if to_device else []) + \
         (["device_array", "device_array_like", "to_device", "pinned_array", "mapped_array"] if allocations else [])
     saved_mod = {k: getattr(cuda, k) for k in set(mod_names) if hasattr(cuda, k)}
@@ -326,6 +329,13 @@ def no_host_copies(*, to_host=True, to_device=True, allocations=False):
         cls.copy_to_host = refuse("copied an array to the host (copy_to_host)")
     if to_device:
         cls.copy_to_device = refuse("copied an array from the host to the device (copy_to_device)")
+        host_set = refuse("copied values from the host to the device (an assignment out[...] = ...)")
+
+        def guarded_set(self, key, value):  # in the simulator kernels index device arrays too: let them
+            if type(threading.current_thread()).__name__ == "BlockThread":
+                return saved_set(self, key, value)
+            return host_set(self, key, value)
+        setitem.__setitem__ = guarded_set
     for k in saved_mod:
         setattr(cuda, k, refuse("copied an array from the host to the device (cuda.to_device)" if k == "to_device"
                                 else f"allocated a new device array (cuda.{k})"))
@@ -334,6 +344,7 @@ def no_host_copies(*, to_host=True, to_device=True, allocations=False):
     finally:
         for k, f in saved_cls.items():
             setattr(cls, k, f)
+        setitem.__setitem__ = saved_set
         for k, f in saved_mod.items():
             setattr(cuda, k, f)
 

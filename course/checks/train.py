@@ -126,7 +126,7 @@ def check_evaluate(evaluate, seed=0):
             "(the first largest logit, as np.argmax: a tie is not a hit for a later class), and at the types "
             "returned (two Python floats)")
     rng = np.random.default_rng(seed)
-    for N, n_in, hidden, ties in ((37, 20, 9, True), (course.pick(10_007, 150), course.pick(784, 49), 16, False)):
+    for N, n_in, hidden, ties in ((37, 20, 9, True), (course.pick(10_007, 150), course.pick(784, 20), 16, False)):
         X, y, p = _problem(rng, N, n_in, hidden)
         p["W2"] *= 8  # confident predictions, so that accuracy is far from chance and its errors show
         what = ""
