@@ -58,10 +58,14 @@ def _number(exercise):
     return str(exercise).replace("Exercise", "").strip()
 
 
+def _more(number):
+    return f"More help: hint('{number}')  (after: from course.checks import hint)"
+
+
 def fail(exercise, case, msg, hint):
     """Raise CheckFailure: which exercise, in which case, what is wrong, what to look at, where more help is."""
     __tracebackhide__ = True
-    more = f"\n  More help: hint('{_number(exercise)}')" if _number(exercise) in HINTS else ""
+    more = f"\n  {_more(_number(exercise))}" if _number(exercise) in HINTS else ""
     raise CheckFailure(f"{exercise} failed {case}:\n  {msg}\n  Hint: {hint}{more}") from None
 
 
@@ -223,7 +227,7 @@ def exercise(number, more):
                 if not _from_student(e):
                     raise
                 failure = (f"{ex} failed: your function raised {type(e).__name__}: {e}\n  Hint: read the error: "
-                           f"it names the line of your code that raised\n  More help: hint('{number}')")
+                           f"it names the line of your code that raised\n  {_more(number)}")
             if failure is not None:
                 raise CheckFailure(failure) from None  # a fresh traceback: this line, not the check's internals
             passed(ex, fn, what)
