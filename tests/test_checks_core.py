@@ -279,3 +279,16 @@ def test_a_pass_goes_through_passed_once(monkeypatch):
     monkeypatch.setattr(core, "passed", lambda ex, fn, what: seen.append((ex, fn, what)))
     c01.check_scale_kernel(scale_kernel)
     assert seen == [("Exercise 1.2", scale_kernel, seen[0][2])] and "random cases" in seen[0][2]
+
+
+def test_gpu_fault_inside_a_students_function_poisons_too():
+    pytest.importorskip("numba.cuda.cudadrv.driver")
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    def mean_that_faults(x, out=None):
+        raise CudaAPIError(700, "Call to cuMemcpyDtoH results in CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    msg = rejects(c03.check_batch_mean, mean_that_faults, "Exercise 3.3", ["CUDA_ERROR_ILLEGAL_ADDRESS"])
+    assert "Kernel > Restart" in msg and core.POISONED
+    msg = rejects(c07.check_project_to_plane, LS.project_to_plane, "Exercise 7.2", ["cannot run"])
+    assert "Exercise 3.3" in msg

@@ -197,6 +197,8 @@ def call(exercise, case, fn, *args, hint="read the error: it names the line of y
             raise
         fail(exercise, case, f"your function raised NotImplementedError: {e}", hint)
     except Exception as e:
+        if _sticky(e):
+            _poison(exercise, case, e)
         fail(exercise, case, f"your function raised {type(e).__name__}: {e}", hint)
 
 
@@ -220,14 +222,22 @@ def exercise(number, more):
                 failure = str(e)
             except NotImplementedError as e:
                 if not STUB_RE.match(str(e)) and _from_student(e):
-                    failure = f"{ex} failed: your function raised NotImplementedError: {e}"
+                    failure = (f"{ex} failed: your function raised NotImplementedError: {e}\n  Hint: only the "
+                               f"stub's own message means 'not done yet'\n  {_more(number)}")
                 else:
                     raise
             except Exception as e:
-                if not _from_student(e):
+                if _sticky(e):  # a fault in a kernel the student's function launched, seen at a later call
+                    global POISONED
+                    POISONED = f"{ex}: {type(e).__name__}: {e}"
+                    failure = (f"{ex} failed: the GPU stopped a kernel your function launched: {type(e).__name__}: "
+                               f"{e}.\n  {RESTART}\n  Hint: look at the indices of every read and write of the "
+                               "kernels it launches: is each one guarded by the array's shape?")
+                elif not _from_student(e):
                     raise
-                failure = (f"{ex} failed: your function raised {type(e).__name__}: {e}\n  Hint: read the error: "
-                           f"it names the line of your code that raised\n  {_more(number)}")
+                else:
+                    failure = (f"{ex} failed: your function raised {type(e).__name__}: {e}\n  Hint: read the "
+                               f"error: it names the line of your code that raised\n  {_more(number)}")
             if failure is not None:
                 raise CheckFailure(failure) from None  # a fresh traceback: this line, not the check's internals
             passed(ex, fn, what)
