@@ -3,6 +3,7 @@
 Shared helpers of the check tests: `mutant` plants a one-line bug in a solution, `rejects` asserts a check fails."""
 import ast
 import inspect
+import linecache
 import textwrap
 
 import pytest
@@ -26,7 +27,9 @@ def mutant(fn, old, new, count=1):
     assert found == count, f"{old!r} occurs {found} times in {py.__name__}, expected {count}"
     src = src.replace(old, new)
     scope = {}
-    exec(compile(src, f"<mutant of {py.__name__}: {old!r} -> {new!r}>", "exec"), py.__globals__, scope)
+    name = f"<mutant of {py.__name__}: {old!r} -> {new!r}>"
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)  # inspect.getsource works, as in Jupyter
+    exec(compile(src, name, "exec"), py.__globals__, scope)
     out = scope[py.__name__]
     out.__name__ = py.__name__
     if hasattr(fn, "py_func"):

@@ -544,14 +544,26 @@ def test_max_that_skips_the_last_logit_rejected():
 BARRIER = "            s[tid] += s[tid + half]\n        cuda.syncthreads()"
 
 
-@pytest.mark.skipif(not course.SIMULATOR, reason="only the simulator can see which barrier each thread reaches")
 def test_barrier_inside_a_divergent_branch_rejected():
+    """The simulator sees which barriers each thread reaches; on a GPU the check reads the kernel's code."""
     from conftest import mutant
     wrong = mutant(L.sum_kernel, BARRIER, "            s[tid] += s[tid + half]\n            cuda.syncthreads()")
-    rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", ["must reach the same cuda.syncthreads()"])
+    says = ["must reach the same cuda.syncthreads()", "depends on the thread"]
+    rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", says)
     early = mutant(L.sum_kernel, "    cuda.syncthreads()                                    # every cell",
                    "    if i >= x.size:\n        return\n    cuda.syncthreads()                                    # every cell")
-    rejects(checks.check_sum_kernel, early, "Exercise 3.2", ["must reach the same cuda.syncthreads()", "short by"])
+    rejects(checks.check_sum_kernel, early, "Exercise 3.2", says + ["short by"])
+
+
+def test_divergent_barriers_are_found_in_the_code():
+    from conftest import mutant
+    from course.checks.core import divergent_barriers
+    assert divergent_barriers(L.sum_kernel) == []
+    wrong = mutant(L.sum_kernel, BARRIER, "            s[tid] += s[tid + half]\n            cuda.syncthreads()")
+    assert len(divergent_barriers(wrong)) == 1
+    uniform = mutant(L.sum_kernel, "    cuda.syncthreads()                                    # every cell",
+                     "    if cuda.blockDim.x > 1:\n        cuda.syncthreads()  # every cell")   # the same for every thread: fine
+    assert divergent_barriers(uniform) == []
 
 
 @pytest.mark.skipif(not course.SIMULATOR, reason="the simulator measures shared arrays; on a GPU this may fault")

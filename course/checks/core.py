@@ -455,3 +455,49 @@ def run_cases(exercise, kernel, cases, hint, atol=0.0, rtol=0.0, diagnose=None):
     shapes = sorted({str(c["block"]) for c in cases})
     return (f"{len(cases)} random cases (sizes that are and are not multiples of the block), "
             f"blocks {', '.join(shapes)}")
+
+
+_THREAD_ATTRS = {"threadIdx", "laneid", "grid", "warpid"}  # cuda.<these> differ between the threads of a block
+
+
+def divergent_barriers(kernel):
+    """Source lines (of the kernel's own code) where a cuda.syncthreads() sits inside an `if` or `while` whose
+    condition depends on the thread, or follows a `return` inside one: not every thread of the block reaches it,
+    undefined behaviour on a GPU. Found by reading the code, so it works on a GPU too; [] if there is no source."""
+    import ast
+    import textwrap
+    py = getattr(kernel, "py_func", kernel)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(py)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    first = getattr(py, "__code__", None).co_firstlineno - 1 if hasattr(py, "__code__") else 0
+
+    def names(node):
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+    def threaded(node, tainted):
+        attrs = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+        return bool(attrs & _THREAD_ATTRS) or bool(names(node) & tainted)
+
+    tainted = set()
+    for _ in range(3):  # a few passes: taint flows through later assignments and loops
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None \
+                    and threaded(node.value, tainted):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    tainted |= names(t)
+
+    def is_barrier(n):
+        return isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "syncthreads"
+
+    found = []
+    barriers = [n for n in ast.walk(tree) if is_barrier(n)]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.While)) and threaded(node.test, tainted):
+            inner = [n for n in ast.walk(node) if is_barrier(n)]
+            found += [first + n.lineno for n in inner]
+            if any(isinstance(n, ast.Return) for n in ast.walk(node)):
+                found += [first + b.lineno for b in barriers if b.lineno > node.lineno and b not in inner]
+    return sorted(set(found))

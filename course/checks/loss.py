@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import numpy as np
 
 import course
-from course.checks.core import (CheckFailure, _sticky, check_guards, code_names, exercise, fail, guarded,
-                                guarded_input, launch, run_cases)
+from course.checks.core import (CheckFailure, _sticky, check_guards, code_names, divergent_barriers, exercise,
+                                fail, guarded, guarded_input, launch, run_cases)
 from course.util import cdiv
 
 SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 03, as launchers and checks call it
@@ -287,6 +287,12 @@ def check_sum_kernel(sum_kernel, seed=0):
                      "plain += at the same time lose each other's additions", hint)
             fail(ex, case, f"{len(stats.atomic_adds)} atomic adds for {grid} block{'s' * (grid > 1)}: reduce each "
                  "block in shared memory first, then let one thread per block add the block's sum", hint)
+    lines = divergent_barriers(sum_kernel)
+    if lines:
+        fail(ex, "(reading the kernel's code)", f"cuda.syncthreads() on line {', '.join(map(str, lines))} is "
+             "inside an `if` (or a loop, or after a `return`) that depends on the thread: not every thread of the "
+             "block reaches it, which is undefined behaviour on a GPU (a hang, or a sum that is right by luck)",
+             hint)
     if "atomic" not in code_names(sum_kernel):  # the kernel's code and every device function it calls
         fail(ex, "(reading the kernel's code)", "sum_kernel never uses cuda.atomic: blocks run at the same time "
              "on a GPU, and a plain total[0] += s[0] loses additions", hint)
