@@ -593,3 +593,9 @@ def test_mean_with_another_block_size_passes(capsys):
     other = mutant(L.batch_mean, "sum_kernel[cdiv(n, THREADS), THREADS](x, out)", "sum_kernel[cdiv(n, 128), 128](x, out)")
     checks.check_batch_mean(other)
     assert "✓ Exercise 3.3 passed" in capsys.readouterr().out
+
+
+def test_reduction_that_reduces_in_x_itself_rejected():
+    from conftest import mutant
+    wrong = mutant(L.sum_kernel, "        s[tid] = x[i]\n", "        s[tid] = x[i]\n        x[i] = np.float32(0.0)\n")
+    rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", ["wrote into its input x"])

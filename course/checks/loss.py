@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import numpy as np
 
 import course
-from course.checks.core import (CheckFailure, _sticky, check_guards, code_names, divergent_barriers, exercise,
-                                fail, guarded, guarded_input, launch, run_cases)
+from course.checks.core import (CheckFailure, _padded, _sticky, check_guards, check_inputs, code_names,
+                                divergent_barriers, exercise, fail, guarded, launch, run_cases)
 from course.util import cdiv
 
 SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 03, as launchers and checks call it
@@ -241,8 +241,10 @@ def check_sum_kernel(sum_kernel, seed=0):
         total.copy_to_device(np.array([start], np.float32))
         grid = cdiv(n, block)
         case = f"with n={n}, grid={grid}, block={block} (total starting at {start:.3f})"
+        x_host, x_buf, x_view = _padded(x, guard)
         with simulator_instruments() as stats:
-            launch(ex, case, sum_kernel, grid, block, [guarded_input(x, guard), total], hint)
+            launch(ex, case, sum_kernel, grid, block, [x_view, total], hint)
+        check_inputs(ex, case, {0: (x_host, x_buf, guard, x.shape)}, ["x"], hint)
         small = [(size, line) for size, line in stats.shared_sizes if size < block]
         if small:
             fail(ex, case, f"the shared array of line {small[0][1]} has {small[0][0]} cells for a block of {block} "
