@@ -292,3 +292,9 @@ def test_gpu_fault_inside_a_students_function_poisons_too():
     assert "Kernel > Restart" in msg and core.POISONED
     msg = rejects(c07.check_project_to_plane, LS.project_to_plane, "Exercise 7.2", ["cannot run"])
     assert "Exercise 3.3" in msg
+
+
+def test_a_raise_names_the_line_of_the_students_code():
+    msg = rejects(c01.check_parse_idx_header, mutant(D.parse_idx_header, "if ndim == 0:", "if ndim == 0 or ndim > 3:"),
+                  "Exercise 1.1", ["your function raised ValueError"])
+    assert "of parse_idx_header: `raise ValueError(\"zero dimensions\")`" in msg, msg

@@ -185,6 +185,17 @@ def _from_student(e):
     return False
 
 
+def _student_where(e):
+    """' (line N of your code: `...`)' for the innermost frame of e's traceback outside the checks, or ''."""
+    import traceback
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not (
+        f.filename.startswith(_CHECKS_DIR) or f.filename.startswith(sys.prefix) or "site-packages" in f.filename)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (line {f.lineno} of {f.name}: `{(f.line or '').strip()}`)"
+
+
 def call(exercise, case, fn, *args, hint="read the error: it names the line of your function that raised", **kw):
     """Call the student's fn; an exception it raises becomes a CheckFailure naming the case."""
     __tracebackhide__ = True
@@ -199,7 +210,7 @@ def call(exercise, case, fn, *args, hint="read the error: it names the line of y
     except Exception as e:
         if _sticky(e):
             _poison(exercise, case, e)
-        fail(exercise, case, f"your function raised {type(e).__name__}: {e}", hint)
+        fail(exercise, case, f"your function raised {type(e).__name__}: {e}{_student_where(e)}", hint)
 
 
 def exercise(number, more):
@@ -236,7 +247,8 @@ def exercise(number, more):
                 elif not _from_student(e):
                     raise
                 else:
-                    failure = (f"{ex} failed: your function raised {type(e).__name__}: {e}\n  Hint: read the "
+                    failure = (f"{ex} failed: your function raised {type(e).__name__}: {e}{_student_where(e)}\n"
+                               "  Hint: read the "
                                f"error: it names the line of your code that raised\n  {_more(number)}")
             if failure is not None:
                 raise CheckFailure(failure) from None  # a fresh traceback: this line, not the check's internals
