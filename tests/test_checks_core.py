@@ -298,3 +298,10 @@ def test_a_raise_names_the_line_of_the_students_code():
     msg = rejects(c01.check_parse_idx_header, mutant(D.parse_idx_header, "if ndim == 0:", "if ndim == 0 or ndim > 3:"),
                   "Exercise 1.1", ["your function raised ValueError"])
     assert "of parse_idx_header: `raise ValueError(\"zero dimensions\")`" in msg, msg
+
+
+def test_a_course_function_that_the_check_misuses_is_not_blamed_on_the_student(monkeypatch):
+    from course.util import require
+    monkeypatch.setattr(c07, "_project_ref", require)  # called as require(S, theta_n, d1, d2): host arrays
+    with pytest.raises(ValueError, match="must be a device array"):  # raised in course/util.py, via the check
+        c07.check_project_to_plane(LS.project_to_plane)

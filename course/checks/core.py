@@ -24,6 +24,7 @@ HINTS = {}        # "2.1" -> the code-level hint, printed by hint("2.1") only wh
 POISONED = None   # set to a description of the GPU fault once one has made this process's CUDA context unusable
 STUB_RE = re.compile(r"^Exercise \d+\.\d+: ")  # the label of the stub `python -m course exercises` writes
 _CHECKS_DIR = os.path.dirname(os.path.abspath(__file__))
+_COURSE_DIR = os.path.dirname(_CHECKS_DIR)  # the course package: the checks and the solutions they may call
 # CUDA errors after which the context is unusable: every later call in the process fails with the same error
 STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS": 700, "CUDA_ERROR_LAUNCH_TIMEOUT": 702, "CUDA_ERROR_ASSERT": 710,
           "CUDA_ERROR_HARDWARE_STACK_ERROR": 714, "CUDA_ERROR_ILLEGAL_INSTRUCTION": 715,
@@ -178,7 +179,7 @@ def _from_student(e):
     tb = e.__traceback__
     while tb is not None:
         f = tb.tb_frame.f_code.co_filename
-        if not (f.startswith(_CHECKS_DIR) or f.startswith(sys.prefix) or f.startswith(sys.base_prefix)
+        if not (f.startswith(_COURSE_DIR) or f.startswith(sys.prefix) or f.startswith(sys.base_prefix)
                 or "site-packages" in f or f.startswith("<frozen")):
             return True
         tb = tb.tb_next
@@ -189,7 +190,7 @@ def _student_where(e):
     """' (line N of your code: `...`)' for the innermost frame of e's traceback outside the checks, or ''."""
     import traceback
     frames = [f for f in traceback.extract_tb(e.__traceback__) if not (
-        f.filename.startswith(_CHECKS_DIR) or f.filename.startswith(sys.prefix) or "site-packages" in f.filename)]
+        f.filename.startswith(_COURSE_DIR) or f.filename.startswith(sys.prefix) or "site-packages" in f.filename)]
     if not frames:
         return ""
     f = frames[-1]
