@@ -309,10 +309,12 @@ class _HostCopy(Exception):
     pass
 
 
-def _device_array_class():
+def _device_array_classes():
+    """(the class that defines copy_to_host, the one that defines __setitem__) of a device array: on a GPU the
+    first is DeviceNDArrayBase and the second its subclass DeviceNDArray; in the simulator both are one class."""
     from numba import cuda
-    a = cuda.device_array(1, np.float32)
-    return next(c for c in type(a).__mro__ if "copy_to_host" in vars(c))
+    mro = type(cuda.device_array(1, np.float32)).__mro__
+    return (next(c for c in mro if "copy_to_host" in vars(c)), next(c for c in mro if "__setitem__" in vars(c)))
 
 
 @contextlib.contextmanager
@@ -320,8 +322,7 @@ def no_host_copies(*, to_host=True, to_device=True, allocations=False):
     """While the block runs, copies between host and device (and, if asked, new device allocations) raise
     _HostCopy(what): the student's code must keep its work on the device, in the arrays it was given."""
     from numba import cuda
-    cls = _device_array_class()
-    setitem = next(c for c in cls.__mro__ if "__setitem__" in vars(c))  # a[...] = host values: a copy too
+    cls, setitem = _device_array_classes()  # setitem: a[...] = host values is a copy too
     saved_cls = {k: vars(cls)[k] for k in ("copy_to_host", "copy_to_device") if k in vars(cls)}
     saved_set = vars(setitem)["__setitem__"]
     mod_names = (["to_device"] if to_device else []) + \
