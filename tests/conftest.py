@@ -1,2 +1,58 @@
-"""Import course first: it chooses the GPU or the CUDA simulator before numba.cuda is imported."""
+"""Import course first: it chooses the GPU or the CUDA simulator before numba.cuda is imported.
+
+Shared helpers of the check tests: `mutant` plants a one-line bug in a solution, `rejects` asserts a check fails."""
+import ast
+import inspect
+import linecache
+import os
+import tempfile
+import textwrap
+
+import pytest
+
 import course  # noqa: F401
+
+# A passing check saves the solution for course.use_mine(): in tests (and the notebooks and JupyterLab they start),
+# into a folder of the test run, never into the checkout's notebooks/exercises/mine/.
+os.environ.setdefault("COURSE_MINE_DIR", os.path.join(tempfile.mkdtemp(prefix="course-mine-"), "mine"))
+
+
+def mutant(fn, old, new, count=1):
+    """A copy of fn (a @cuda.jit kernel or device function, or a plain function) whose source (without its
+    docstring) has `old` replaced by `new`; `old` must occur exactly `count` times (default once), so a planted
+    bug cannot silently miss its target. The copy runs in fn's own globals, and is re-jitted with cuda.jit if fn was a kernel."""
+    from numba import cuda
+    py = getattr(fn, "py_func", fn)
+    src = textwrap.dedent(inspect.getsource(py))
+    lines = src.splitlines()
+    body = ast.parse(src).body[0].body
+    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        del lines[body[0].lineno - 1:body[0].end_lineno]  # the docstring: mutations target code only
+    src = "\n".join(line for line in lines if not line.lstrip().startswith("@"))  # and drop decorators
+    found = src.count(old)
+    assert found == count, f"{old!r} occurs {found} times in {py.__name__}, expected {count}"
+    src = src.replace(old, new)
+    scope = {}
+    name = f"<mutant of {py.__name__}: {old!r} -> {new!r}>"
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)  # inspect.getsource works, as in Jupyter
+    exec(compile(src, name, "exec"), py.__globals__, scope)
+    out = scope[py.__name__]
+    out.__name__ = py.__name__
+    if hasattr(fn, "py_func"):
+        device = getattr(fn, "_device", None)  # the simulator's kernels
+        if device is None:
+            device = fn.targetoptions.get("device", False)
+        return cuda.jit(device=True)(out) if device else cuda.jit(out)
+    return out
+
+
+def rejects(check, wrong, exercise, says, *args, **kw):
+    """Assert check(wrong) raises CheckFailure for `exercise` with a hint and one of `says`; return the message."""
+    from course.checks import CheckFailure
+    with pytest.raises(CheckFailure) as e:
+        check(wrong, *args, **kw)
+    msg = str(e.value)
+    assert exercise in msg, msg
+    assert "Hint:" in msg or "cannot run" in msg, msg
+    assert any(s in msg for s in says), msg
+    return msg

@@ -189,29 +189,58 @@ def test_failure_names_first_wrong_index_expected_and_got():
 
 
 def test_inputs_are_random_not_ramps():
-    seen = []
-
     @cuda.jit
     def spy(x, out):
         i = cuda.grid(1)
         if i < out.size:
             out[i] = x[i] / np.float32(255.0)
 
-    cases = []
+    per_check = {}
     original = checks.run_cases
     try:
-        checks.run_cases = lambda ex, k, c, **kw: cases.extend(c)
-        checks.check_scale_kernel(spy)
-        checks.check_gather_kernel(spy)
+        for check in (checks.check_scale_kernel, checks.check_gather_kernel):
+            checks.run_cases = lambda ex, k, c, **kw: per_check.setdefault(ex, []).extend(c)
+            check(spy)
     finally:
         checks.run_cases = original
-    for c in cases:
-        for a in c["inputs"]:
-            flat = np.asarray(a).ravel()
-            if flat.size > 8 and a.dtype.kind == "f":
-                assert not np.all(np.diff(flat) == np.diff(flat)[0]), "arange-like input"
-                assert len(np.unique(flat)) > flat.size // 2, "constant-like input"
-        # sizes that are not multiples of the block, in every case
-        block = c["block"] if isinstance(c["block"], tuple) else (c["block"],)
-        assert any(n % b for n, b in zip(reversed(c["expected"].shape), block)), c["name"]
-    assert len({str(c["block"]) for c in cases}) >= 4  # several launch shapes
+    assert len(per_check) == 2
+    for cases in per_check.values():
+        for c in cases:
+            for a in c["inputs"]:
+                flat = np.asarray(a).ravel()
+                if flat.size > 8 and a.dtype.kind == "f":
+                    assert not np.all(np.diff(flat) == np.diff(flat)[0]), "arange-like input"
+                    assert len(np.unique(flat)) > flat.size // 2, "constant-like input"
+        # sizes that are not multiples of the block, and sizes that are (a kernel for full blocks only)
+        assert {core.is_round(c) for c in cases} == {True, False}
+        assert sum(not core.is_round(c) for c in cases) >= 3
+    assert len({str(c["block"]) for cases in per_check.values() for c in cases}) >= 4  # several launch shapes
+
+
+# --- Exercise 1.1's edge cases, planted as one-line mutations of the solution --------------------------
+
+@pytest.mark.parametrize("old, new, says", [
+    ("if len(buf) < offset:", "if len(buf) <= offset:", ["(the header alone, no payload)"]),  # wants a payload
+    ("if len(buf) < 4:", "if 0 < len(buf) < 4:", ["empty buffer"]),                 # b'' reaches buf[0]
+    ("if len(buf) < 4:", "if len(buf) in (2, 3):", ["one byte"]),                   # 1 byte reaches buf[1]
+    ("if buf[0] != 0 or buf[1] != 0:", "if buf[0] != 0:", ["second byte not zero"]),  # magic half checked
+    ('int.from_bytes(buf[4 + 4 * k: 8 + 4 * k], "big")', 'np.int64(int.from_bytes(buf[4 + 4 * k: 8 + 4 * k], "big"))',
+     ["must be Python ints"]),
+    ("offset = 4 + 4 * ndim", "offset = np.int64(4 + 4 * ndim)", ["must be Python ints"]),
+    ("if ndim == 0:", "if ndim == 0 or ndim > 3:", ["your function raised ValueError"]),  # refuses a valid header
+])
+def test_header_edge_cases_rejected(old, new, says):
+    from conftest import mutant, rejects
+    msg = rejects(checks.check_parse_idx_header, mutant(parse_idx_header, old, new), "Exercise 1.1", says)
+    assert "hint('1.1')" in msg
+
+
+def test_header_solution_with_extra_validation_passes(capsys):
+    def strict(buf):  # correct, and also refuses absurd sizes: a different but valid answer
+        dtype, shape, offset = parse_idx_header(buf)
+        if any(s > 2**31 for s in shape):
+            raise ValueError("absurd size")
+        return dtype, shape, offset
+
+    checks.check_parse_idx_header(strict)
+    assert "✓ Exercise 1.1 passed" in capsys.readouterr().out

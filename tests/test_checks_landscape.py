@@ -3,9 +3,10 @@ from math import prod
 
 import numpy as np
 import pytest
+from conftest import rejects
 from numba import cuda
 
-from course.checks import CheckFailure
+from course import landscape as LS
 from course.checks import landscape as checks
 from course.landscape import combine_kernel, filter_normalize, project_to_plane
 
@@ -15,14 +16,6 @@ def test_solutions_pass():
     checks.check_project_to_plane(project_to_plane)
     checks.check_filter_normalize(filter_normalize)
 
-
-def rejected(check, fn, says, exercise):
-    with pytest.raises(CheckFailure) as e:
-        check(fn)
-    msg = str(e.value)
-    assert exercise in msg and "Hint:" in msg, msg
-    assert any(s in msg for s in says), msg
-    return msg
 
 
 OOB = ["outside the output", "out-of-bounds"]  # a GPU writes into the guard cells; the simulator raises
@@ -104,11 +97,11 @@ def combine_reads_next(theta, d1, d2, a, b, out):
 @pytest.mark.parametrize("kernel, says", [
     (combine_no_guard, OOB), (combine_off_by_one, OOB), (combine_swapped_coefficients, WRONG),
     (combine_a_twice, WRONG), (combine_forgets_theta, WRONG), (combine_minus, WRONG),
-    (combine_leaves_last, NAN), (combine_block_only, NAN), (combine_in_place, NAN),
+    (combine_leaves_last, NAN), (combine_block_only, NAN), (combine_in_place, ["wrote into its input theta"]),
     (combine_reads_next, WRONG + NAN + OOB),
 ])
 def test_combine_check_rejects(kernel, says):
-    rejected(checks.check_combine_kernel, kernel, says, "Exercise 7.1")
+    rejects(checks.check_combine_kernel, kernel, "Exercise 7.1", says)
 
 
 def test_combine_cases_are_random_odd_and_varied():
@@ -121,9 +114,10 @@ def test_combine_cases_are_random_odd_and_varied():
         checks.run_cases = original
     assert len({c["block"] for c in cases}) >= 2
     assert any(c["grid"] * c["block"] - c["inputs"][0].size >= c["block"] for c in cases)   # a spare block
+    assert sum(c["inputs"][0].size % c["block"] != 0 for c in cases) >= 3       # odd sizes
+    assert any(c["inputs"][0].size % c["block"] == 0 for c in cases)             # and whole blocks
     for c in cases:
         theta, d1, d2, a, b = c["inputs"]
-        assert theta.size % c["block"]
         assert isinstance(a, np.float32) and isinstance(b, np.float32) and abs(abs(a) - abs(b)) >= 0.2
         if theta.size > 8:
             assert len(np.unique(theta)) > theta.size // 2 and not np.array_equal(d1, d2)
@@ -174,7 +168,7 @@ def project_in_place(S, theta_n, d1, d2):
     (project_transposed, ["shape"]), (project_in_place, ["changed"]),
 ])
 def test_projection_check_rejects(fn, says):
-    rejected(checks.check_project_to_plane, fn, says, "Exercise 7.2")
+    rejects(checks.check_project_to_plane, fn, "Exercise 7.2", says)
 
 
 # --- planted wrong answers for Exercise 7.3 (filter normalization) -----------------------------------------
@@ -249,7 +243,7 @@ def normalize_keeps_padding(d, theta, layout, ignore_bias=True):
     (normalize_returns_theta, ["parallel"]), (normalize_keeps_padding, ["padding"]),
 ])
 def test_filter_normalize_check_rejects(fn, says):
-    rejected(checks.check_filter_normalize, fn, says, "Exercise 7.3")
+    rejects(checks.check_filter_normalize, fn, "Exercise 7.3", says)
 
 
 # --- the machinery ------------------------------------------------------------------------------------
@@ -270,3 +264,26 @@ def test_unimplemented_stubs_raise_the_exercise_message():
                              (checks.check_filter_normalize, stub3, "Exercise 7.3")):
         with pytest.raises(NotImplementedError, match=label):
             check(fn)
+
+
+# --- dtypes the specs state, and inputs left alone: one-line mutations of the solutions ---------------------
+
+def test_projection_in_float32_rejected():
+    from conftest import mutant
+    wrong = mutant(LS.project_to_plane, "np.float64", "np.float32", count=3)
+    rejects(checks.check_project_to_plane, wrong, "Exercise 7.2", ["float64"])
+
+
+def test_projection_that_centres_theta_n_in_place_rejected():
+    from conftest import mutant
+    wrong = mutant(LS.project_to_plane, "R = np.asarray(snapshots, np.float64) - np.asarray(theta_n, np.float64)",
+                   "R = np.asarray(snapshots, np.float64) - np.asarray(theta_n, np.float64); d1 *= 1")
+    wrong2 = mutant(LS.project_to_plane, "G = D.T @ D", "G = D.T @ D; d1 /= 2")
+    rejects(checks.check_project_to_plane, wrong2, "Exercise 7.2", ["was changed"])
+    checks.check_project_to_plane(wrong)  # multiplying by 1 changes nothing: it passes
+
+
+def test_filter_normalize_returning_float64_rejected():
+    from conftest import mutant
+    wrong = mutant(LS.filter_normalize, "out = np.zeros_like(d)", "out = np.zeros_like(d, dtype=np.float64)")
+    rejects(checks.check_filter_normalize, wrong, "Exercise 7.3", ["float32"])

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import rejects
 from numba import cuda
 
 import course
@@ -27,15 +28,6 @@ def test_solutions_pass():
     checks.check_softmax_xent_kernel(L.softmax_xent_kernel)
     checks.check_sum_kernel(L.sum_kernel)
     checks.check_batch_mean(L.batch_mean)
-
-
-def rejects(check, wrong, exercise, says):
-    with pytest.raises(CheckFailure) as e:
-        check(wrong)
-    msg = str(e.value)
-    assert exercise in msg and "Hint:" in msg, msg
-    assert any(s in msg for s in says), msg
-    return msg
 
 
 # --- Exercise 3.1: planted wrong softmax kernels ----------------------------------------------------------
@@ -192,12 +184,15 @@ def test_softmax_check_cases_are_random_odd_and_include_large_logits(monkeypatch
     monkeypatch.setattr(checks, "run_cases", lambda ex, k, c, **kw: cases.extend(c))
     checks.check_softmax_xent_kernel(L.softmax_xent_kernel)
     assert len({c["block"] for c in cases}) >= 2
+    assert sum(c["inputs"][0].shape[0] % c["block"] != 0 for c in cases) >= 4  # the last block sticks out
+    assert any(c["inputs"][0].shape[0] % c["block"] == 0 for c in cases)        # and every block full
     for c in cases:
         z = c["inputs"][0]
-        assert z.shape[0] % c["block"], "B must not be a multiple of the block"
         assert len(np.unique(z)) > z.size // 2
     assert any(np.abs(c["inputs"][0]).max() > 89 for c in cases)  # exp overflows float32 above 88.7
     assert any((c["inputs"][0].max(axis=1) < -104).any() for c in cases)  # a whole row underflows
+    lead = [z[:, -1] - z[:, :-1].max(axis=1) for z in (c["inputs"][0] for c in cases)]
+    assert any((d > 89).any() for d in lead)  # the last logit leads by more than exp can take: a max must see it
 
 
 # --- Exercise 3.2: planted wrong reductions ---------------------------------------------------------------
@@ -536,3 +531,71 @@ def test_unimplemented_stubs_raise_the_exercise_message():
         checks.check_sum_kernel(stub_kernel)
     with pytest.raises(NotImplementedError, match="Exercise 3.3"):
         checks.check_batch_mean(stub_mean)
+
+
+# --- classes that once passed, planted as one-line mutations (tests/conftest.py: mutant) ------------------
+
+def test_max_that_skips_the_last_logit_rejected():
+    from conftest import mutant
+    wrong = mutant(L.softmax_xent_kernel, "for c in range(1, C):", "for c in range(1, C - 1):")
+    rejects(checks.check_softmax_xent_kernel, wrong, "Exercise 3.1", ["never written", "NaN", "expected", "inf"])
+
+
+BARRIER = "            s[tid] += s[tid + half]\n        cuda.syncthreads()"
+
+
+def test_barrier_inside_a_divergent_branch_rejected():
+    """The simulator sees which barriers each thread reaches; on a GPU the check reads the kernel's code."""
+    from conftest import mutant
+    wrong = mutant(L.sum_kernel, BARRIER, "            s[tid] += s[tid + half]\n            cuda.syncthreads()")
+    says = ["must reach the same cuda.syncthreads()", "depends on the thread"]
+    rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", says)
+    early = mutant(L.sum_kernel, "    cuda.syncthreads()                                    # every cell",
+                   "    if i >= x.size:\n        return\n    cuda.syncthreads()                                    # every cell")
+    rejects(checks.check_sum_kernel, early, "Exercise 3.2", says + ["short by"])
+
+
+def test_divergent_barriers_are_found_in_the_code():
+    from conftest import mutant
+    from course.checks.core import divergent_barriers
+    assert divergent_barriers(L.sum_kernel) == []
+    wrong = mutant(L.sum_kernel, BARRIER, "            s[tid] += s[tid + half]\n            cuda.syncthreads()")
+    assert len(divergent_barriers(wrong)) == 1
+    uniform = mutant(L.sum_kernel, "    cuda.syncthreads()                                    # every cell",
+                     "    if cuda.blockDim.x > 1:\n        cuda.syncthreads()  # every cell")   # the same for every thread: fine
+    assert divergent_barriers(uniform) == []
+
+
+@pytest.mark.skipif(not course.SIMULATOR, reason="the simulator measures shared arrays; on a GPU this may fault")
+def test_shared_array_smaller_than_the_block_rejected():
+    from conftest import mutant
+    wrong = mutant(L.sum_kernel, "cuda.shared.array(MAX_BLOCK, np.float32)", "cuda.shared.array(128, np.float32)")
+    rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", ["cells for a block of 256 threads", "out-of-bounds"])
+
+
+@pytest.mark.parametrize("old, new, says", [
+    ("sum_kernel[cdiv(n, THREADS), THREADS](x, out)", "sum_kernel[THREADS, cdiv(n, THREADS)](x, out)",
+     ["the grid comes first"]),
+    ("sum_kernel[cdiv(n, THREADS), THREADS](x, out)", "sum_kernel[1, n](x, out)",
+     ["block size changes with n", "at most 1024"]),
+    ("zero_kernel[1, 1](out)", "out.copy_to_device(np.zeros(1, np.float32))", ["copied an array from the host"]),
+    ("zero_kernel[1, 1](out)", "out[:] = 0", ["copied values from the host"]),
+    ("div_kernel[1, 1](out, np.float32(n))", "out.copy_to_device(out.copy_to_host() / n)",
+     ["copied an array to the host"]),
+])
+def test_mean_launch_and_copies_rejected(old, new, says):
+    from conftest import mutant
+    rejects(checks.check_batch_mean, mutant(L.batch_mean, old, new), "Exercise 3.3", says)
+
+
+def test_mean_with_another_block_size_passes(capsys):
+    from conftest import mutant
+    other = mutant(L.batch_mean, "sum_kernel[cdiv(n, THREADS), THREADS](x, out)", "sum_kernel[cdiv(n, 128), 128](x, out)")
+    checks.check_batch_mean(other)
+    assert "✓ Exercise 3.3 passed" in capsys.readouterr().out
+
+
+def test_reduction_that_reduces_in_x_itself_rejected():
+    from conftest import mutant
+    wrong = mutant(L.sum_kernel, "        s[tid] = x[i]\n", "        s[tid] = x[i]\n        x[i] = np.float32(0.0)\n")
+    rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", ["wrote into its input x"])

@@ -3,9 +3,9 @@ import math
 
 import numpy as np
 import pytest
+from conftest import rejects
 from numba import cuda
 
-from course.checks import CheckFailure
 from course.checks import update as checks
 from course.update import adam_kernel, momentum_kernel, sgd_kernel
 
@@ -15,14 +15,6 @@ def test_solutions_pass():
     checks.check_momentum_kernel(momentum_kernel)
     checks.check_adam_kernel(adam_kernel)
 
-
-def rejected(check, kernel, says, exercise):
-    with pytest.raises(CheckFailure) as e:
-        check(kernel)
-    msg = str(e.value)
-    assert exercise in msg and "Hint:" in msg, msg
-    assert any(s in msg for s in says), msg
-    return msg
 
 
 OOB = ["outside the output", "out-of-bounds"]  # a GPU writes into the guard cells; the simulator raises
@@ -93,7 +85,7 @@ def sgd_reads_next_gradient(p, g, lr):
     (sgd_reads_next_gradient, WRONG + ["NaN", "never written", "out-of-bounds"]),
 ])
 def test_sgd_check_rejects(kernel, says):
-    rejected(checks.check_sgd_kernel, kernel, says, "Exercise 5.1")
+    rejects(checks.check_sgd_kernel, kernel, "Exercise 5.1", says)
 
 
 # --- planted wrong answers for Exercise 5.2 (momentum) ------------------------------------------------
@@ -191,12 +183,12 @@ def momentum_leaves_last(p, g, v, lr, mu):
     (momentum_leaves_last, STALE),
 ])
 def test_momentum_check_rejects(kernel, says):
-    rejected(checks.check_momentum_kernel, kernel, says, "Exercise 5.2")
+    rejects(checks.check_momentum_kernel, kernel, "Exercise 5.2", says)
 
 
 def test_wrong_order_passes_one_step_from_zero_velocity_and_fails_the_next():
     """From v = 0 the first step of 'p -= lr*g, then v update' is right: only several steps expose it."""
-    msg = rejected(checks.check_momentum_kernel, momentum_step_then_velocity, WRONG, "Exercise 5.2")
+    msg = rejects(checks.check_momentum_kernel, momentum_step_then_velocity, "Exercise 5.2", WRONG)
     assert "step 2 of 5" in msg, msg
 
 
@@ -303,7 +295,7 @@ def adam_leaves_last(p, g, m, v, lr, beta1, beta2, eps, bc1, bc2):
     (adam_no_guard, OOB), (adam_sign_error, WRONG), (adam_leaves_last, STALE),
 ])
 def test_adam_check_rejects(kernel, says):
-    rejected(checks.check_adam_kernel, kernel, says, "Exercise 5.3")
+    rejects(checks.check_adam_kernel, kernel, "Exercise 5.3", says)
 
 
 # --- the machinery ------------------------------------------------------------------------------------
@@ -327,10 +319,11 @@ def test_cases_are_random_odd_sized_multi_step_and_varied():
         checks.check_adam_kernel(adam_kernel)
     finally:
         checks.run_inplace_steps = original
-    assert len(cases) == 9
+    assert len(cases) == 12
+    assert sum(c["state"][0].size % c["block"] != 0 for c in cases) == 9  # the last block sticks out
+    assert sum(c["state"][0].size % c["block"] == 0 for c in cases) == 3  # and one case per check of full blocks
     for c in cases:
         n = c["state"][0].size
-        assert n % c["block"], c["name"]                       # the last block sticks out
         assert c["grid"] * c["block"] >= n
         assert len(c["steps"]) >= 3                            # several steps on the same buffers
         grads = [s[0] for s in c["steps"]]

@@ -2,7 +2,7 @@
 import numpy as np
 
 import course
-from course.checks.core import fail, passed, raise_if_unimplemented, run_cases
+from course.checks.core import call, exercise, fail, run_cases
 from course.util import cdiv
 
 SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 01, as launchers and checks call it
@@ -14,9 +14,14 @@ SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 01, as lau
                                       "int64[::1], int32[::1], int64[::1]"],
 }
 
+@exercise("1.1", more="""\
+  magic = buf[0:4]: bytes 0 and 1 must both be 0, byte 2 is the type code, byte 3 = ndim (at least 1)
+  check len(buf) >= 4 before reading the magic, and len(buf) >= 4 + 4 * ndim before reading the sizes
+  shape = tuple(int.from_bytes(buf[4 + 4*k : 8 + 4*k], "big") for k in range(ndim))   # Python ints
+  dtype = np.dtype(">u1" / ">i1" / ">i2" / ">i4" / ">f4" / ">f8" for codes 08 09 0B 0C 0D 0E)
+  return dtype, shape, 4 + 4 * ndim      # a header with no payload byte after it is still valid""")
 def check_parse_idx_header(parse_idx_header, seed=0):
     """Exercise 1.1: random valid headers parse to (dtype, shape, offset); malformed ones raise ValueError."""
-    raise_if_unimplemented(parse_idx_header)
     ex = "Exercise 1.1"
     rng = np.random.default_rng(seed)
     codes = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -25,8 +30,11 @@ def check_parse_idx_header(parse_idx_header, seed=0):
         ndim = int(rng.integers(1, 5))
         shape = tuple(int(s) for s in rng.integers(1, 70000 if ndim == 1 else 300, size=ndim))
         header = bytes([0, 0, code, ndim]) + b"".join(s.to_bytes(4, "big") for s in shape)
-        case = f"a header {header.hex(' ')} + payload"
-        got = parse_idx_header(header + bytes(rng.integers(0, 256, 8, dtype=np.uint8)))
+        payload = trial % 4 != 3  # every fourth header alone: a file of zero items is a header and no payload
+        case = f"a header {header.hex(' ')}" + (" + payload" if payload else " (the header alone, no payload)")
+        buf = header + bytes(rng.integers(0, 256, 8, dtype=np.uint8)) if payload else header
+        got = call(ex, f"with {case}", parse_idx_header, buf,
+                   hint="this header is valid: raise only for what the spec calls malformed")
         want = (np.dtype(codes[code]), shape, 4 + 4 * ndim)
         if not (isinstance(got, tuple) and len(got) == 3):
             fail(ex, case, f"expected a tuple (dtype, shape, offset), got {got!r}",
@@ -34,17 +42,26 @@ def check_parse_idx_header(parse_idx_header, seed=0):
         if np.dtype(got[0]) != want[0]:
             fail(ex, case, f"dtype: expected {want[0]!r}, got {got[0]!r}",
                   "byte 2 is the type code; IDX stores multi-byte numbers big-endian ('>')")
-        if tuple(int(s) for s in got[1]) != want[1]:
-            fail(ex, case, f"shape: expected {want[1]}, got {tuple(got[1])}",
-                  "byte 3 is the number of dimensions; each size is a 4-byte BIG-endian unsigned int")
-        if int(got[2]) != want[2]:
+        if not isinstance(got[1], tuple) or tuple(int(s) for s in got[1]) != want[1]:
+            fail(ex, case, f"shape: expected {want[1]}, got {got[1]!r}",
+                  "byte 3 is the number of dimensions; each size is a 4-byte BIG-endian unsigned int; "
+                  "return the shape as a tuple")
+        if not all(type(s) is int for s in got[1]) or type(got[2]) is not int:
+            kinds = ", ".join(type(s).__name__ for s in (*got[1], got[2]))
+            fail(ex, case, f"the sizes and offset must be Python ints, got {kinds}",
+                  "numpy integers overflow silently in products like rows * cols; convert with int(...)")
+        if got[2] != want[2]:
             fail(ex, case, f"offset: expected {want[2]}, got {got[2]}",
                   "the payload starts after the 4 magic bytes and 4 bytes per dimension")
-    bad = {"a wrong magic (first two bytes not zero)": b"\x01\x00\x08\x01" + b"\x00\x00\x00\x05",
+    bad = {"a wrong magic (first byte not zero)": b"\x01\x00\x08\x01" + b"\x00\x00\x00\x05",
+           "a wrong magic (second byte not zero)": b"\x00\x01\x08\x01" + b"\x00\x00\x00\x05",
            "an unknown type code 0x07": b"\x00\x00\x07\x01" + b"\x00\x00\x00\x05",
            "zero dimensions": b"\x00\x00\x08\x00",
            "a header cut short (3 dims declared, 1 size present)": b"\x00\x00\x08\x03" + b"\x00\x00\x00\x05",
-           "fewer than 4 bytes": b"\x00\x00"}
+           "a size cut short (2 of its 4 bytes)": b"\x00\x00\x08\x01\x00\x00",
+           "fewer than 4 bytes": b"\x00\x00",
+           "one byte": b"\x00",
+           "an empty buffer b''": b""}
     for what, header in bad.items():
         try:
             parse_idx_header(header)
@@ -54,32 +71,42 @@ def check_parse_idx_header(parse_idx_header, seed=0):
             fail(ex, f"with {what}", f"raised {type(e).__name__}: {e}",
                   "check lengths and magic yourself and raise ValueError with a clear message")
         fail(ex, f"with {what}", "no ValueError was raised", "validate before trusting the header")
-    passed(ex, parse_idx_header, f"20 random headers, {len(bad)} malformed ones rejected")
+    return f"20 random headers (5 without payload), {len(bad)} malformed ones rejected"
 
 
+@exercise("1.2", more="""\
+  i = cuda.grid(1)            # this thread's element
+  if i < out.size:            # the last block has threads past the end
+      out[i] = x[i] / np.float32(255.0)   # float32, not 255 (an int) or 255.0 (a float64)""")
 def check_scale_kernel(scale_kernel, seed=0):
-    """Exercise 1.2: out[i] = x[i] / 255 for a flat uint8 x, over odd sizes and launch shapes."""
+    """Exercise 1.2: out[i] = x[i] / 255 for a flat uint8 x, over odd and whole-block sizes and launch shapes."""
     rng = np.random.default_rng(seed)
     cases = []
-    for n, block in ((course.pick(100_003, 1_003), 128), (course.pick(54_321, 517), 32), (7, 64)):
+    for n, block in ((course.pick(100_003, 1_003), 128), (course.pick(54_321, 517), 32), (7, 64),
+                     (course.pick(60_000 * 16, 512), 256), (64, 32)):  # the last two: whole blocks only
         x = rng.integers(0, 256, n, dtype=np.uint8)
         cases.append(dict(name=f"n={n}", grid=cdiv(n, block), block=block, inputs=[x],
                           expected=x.astype(np.float32) / np.float32(255)))
-    run_cases("Exercise 1.2", scale_kernel, cases, atol=1e-7, rtol=1e-6,
-              hint="one thread per element: i = cuda.grid(1); only write when i < out.size; "
-                   "divide by 255 in float32")
+    return run_cases("Exercise 1.2", scale_kernel, cases, atol=1e-7, rtol=1e-6,
+                     hint="one thread per element, over every block of the grid (the global index); a guard for "
+                          "the threads past the end that does not skip the last element; the division in float32")
 
 
+@exercise("1.3", more="""\
+  c, r = cuda.grid(2)          # x walks the columns: neighbouring threads read neighbouring memory
+  if r < out.shape[0] and c < out.shape[1]:
+      out[r, c] = X[idx[r], c]""")
 def check_gather_kernel(gather_kernel, seed=0):
-    """Exercise 1.3: out[r, c] = X[idx[r], c], 2-D grid (x over columns), odd sizes, several shapes."""
+    """Exercise 1.3: out[r, c] = X[idx[r], c], 2-D grid (x over columns), odd and whole-block sizes."""
     rng = np.random.default_rng(seed)
     cases = []
-    for (n, d, b), block in (((113, 45, 37), (16, 8)), ((61, 97, 29), (32, 4)), ((40, 7, 40), (8, 8))):
+    for (n, d, b), block in (((113, 45, 37), (16, 8)), ((61, 97, 29), (32, 4)), ((40, 7, 40), (8, 8)),
+                             ((70, 32, 24), (16, 8)), ((50, 64, 8), (32, 4))):  # the last two: whole blocks
         X = rng.standard_normal((n, d)).astype(np.float32)
         idx = rng.permutation(n)[:b].astype(np.int64)
         grid = (cdiv(d, block[0]), cdiv(b, block[1]))
         cases.append(dict(name=f"X {X.shape}, batch of {b} rows", grid=grid, block=block,
                           inputs=[X, idx], expected=X[idx]))
-    run_cases("Exercise 1.3", gather_kernel, cases,
-              hint="c, r = cuda.grid(2) (x walks the columns, so neighbouring threads read neighbouring "
-                   "memory); guard r < out.shape[0] and c < out.shape[1]; read X[idx[r], c]")
+    return run_cases("Exercise 1.3", gather_kernel, cases,
+                     hint="look at which grid axis walks the columns (x) and which the rows (y), at the guard on "
+                          "BOTH of out's dimensions, and at which row of X output row r comes from")

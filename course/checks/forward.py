@@ -2,7 +2,7 @@
 import numpy as np
 
 import course
-from course.checks.core import run_cases
+from course.checks.core import exercise, run_cases
 from course.util import cdiv
 
 _M2 = "float32[:, ::1]"
@@ -31,39 +31,62 @@ def _cases(rng, shapes_blocks, extra_blocks=(0, 0)):
     return cases
 
 
+@exercise("2.1", more="""\
+  col, row = cuda.grid(2)                     # x walks the columns of C
+  if row < C.shape[0] and col < C.shape[1]:
+      acc = np.float32(0.0)
+      for k in range(A.shape[1]):
+          acc += A[row, k] * B[k, col]
+      C[row, col] = acc""")
 def check_matmul_kernel(kernel, seed=0):
-    """Exercise 2.1: C = A @ B, one thread per element, x over columns; odd shapes, three block shapes."""
+    """Exercise 2.1: C = A @ B, one thread per element, x over columns; odd and whole-block shapes, three
+    block shapes, spare blocks."""
     rng = np.random.default_rng(seed)
-    cases = _cases(rng, [((19, 37, 23), (16, 16)), ((9, 50, 33), (32, 4)), ((course.pick(70, 6), 8, 5), (8, 8))])
+    cases = _cases(rng, [((19, 37, 23), (16, 16)), ((9, 50, 33), (32, 4)), ((course.pick(70, 6), 8, 5), (8, 8)),
+                         ((32, 20, 48), (16, 16)), ((8, 9, 64), (32, 4))])   # the last two: whole blocks
     cases += _cases(rng, [((13, 11, 21), (8, 8))], extra_blocks=(1, 2))  # spare blocks must do nothing
-    run_cases("Exercise 2.1", kernel, cases, atol=ATOL, rtol=RTOL,
-              hint="col, row = cuda.grid(2) (x walks the columns of C); guard row < C.shape[0] and "
-                   "col < C.shape[1]; acc = float32(0.0); acc += A[row, k] * B[k, col] for k in range(A.shape[1])")
+    return run_cases("Exercise 2.1", kernel, cases, atol=ATOL, rtol=RTOL,
+                     hint="look at which grid axis walks C's columns (x) and which its rows, at the guard on both "
+                          "of C's dimensions, at where the sum starts (a float32 zero) and at the range of k: "
+                          "A's columns, which are B's rows")
 
 
+@exercise("2.2", more="""\
+  each thread loads ONE element of each tile, or a zero where that index is outside A or B:
+      sA[ty, tx] = A[row, k0 + tx]   if row < M and k0 + tx < K   else np.float32(0.0)
+      sB[ty, tx] = B[k0 + ty, col]   if k0 + ty < K and col < N   else np.float32(0.0)
+  every thread reaches every cuda.syncthreads(): never skip the loads or return early""")
 def check_tiled_matmul(kernel, seed=0):
-    """Exercise 2.2: the tiled matmul (its tile loading) on odd shapes, with exact and oversized grids."""
+    """Exercise 2.2: the tiled matmul (its tile loading) on odd and whole-tile shapes, exact and oversized grids."""
     rng = np.random.default_rng(seed)
-    cases = _cases(rng, [((19, 37, 23), (16, 16)), ((1, 40, 5), (16, 16))])
+    cases = _cases(rng, [((19, 37, 23), (16, 16)), ((1, 40, 5), (16, 16)), ((32, 48, 16), (16, 16))])
     cases += _cases(rng, [((course.pick(33, 17), 21, 17), (16, 16))], extra_blocks=(1, 1))
-    run_cases("Exercise 2.2", kernel, cases, atol=ATOL, rtol=RTOL,
-              hint="each thread loads ONE element of each tile: sA[ty, tx] = A[row, k0 + tx] and "
-                   "sB[ty, tx] = B[k0 + ty, col], or float32(0.0) when that index is outside A or B; "
-                   "never skip the loads or return early (the barriers need every thread)")
+    return run_cases("Exercise 2.2", kernel, cases, atol=ATOL, rtol=RTOL,
+                     hint="look at the tile loads: one element of A's tile and one of B's per thread, each "
+                          "bounds-checked against the matrix it comes from (rows AND columns), with a zero where "
+                          "the tile hangs over the edge; every thread must reach every barrier")
 
 
+@exercise("2.3", more="""\
+  if row < Y.shape[0] and col < Y.shape[1]:       # everything, the bias read included, inside the guard
+      acc = dot of X's row and W's column (as in 2.1)
+      acc += b[col]                               # one bias per output feature (column)
+      if relu != 0 and acc < 0: acc = np.float32(0.0)
+      Y[row, col] = acc""")
 def check_linear_kernel(kernel, seed=0):
-    """Exercise 2.3: Y = X @ W + b (+ ReLU when relu != 0) on odd shapes, with and without ReLU."""
+    """Exercise 2.3: Y = X @ W + b (+ ReLU when relu != 0) on odd and whole-block shapes, with and without ReLU."""
     rng = np.random.default_rng(seed)
     cases = []
     for (M, K, N), relu, extra in (((19, 37, 23), 1, (0, 0)), ((18, 21, 35), 0, (0, 0)),
-                                   ((5, 30, 17), 1, (1, 1)), ((7, 9, 3), 0, (1, 0))):
+                                   ((5, 30, 17), 1, (1, 1)), ((7, 9, 3), 0, (1, 0)),
+                                   ((32, 12, 16), 1, (0, 0)), ((16, 7, 32), 0, (0, 0))):  # whole blocks
         X, W = _matrices(rng, M, K, N)
         b = rng.standard_normal(N).astype(np.float32)  # (N,), both signs so the ReLU has work to do
         Y = X @ W + b
         grid = (cdiv(N, 16) + extra[0], cdiv(M, 16) + extra[1])
         cases.append(dict(name=f"X {X.shape} @ W {W.shape} + b, relu={relu}", grid=grid, block=(16, 16),
                           inputs=[X, W, b, relu], expected=np.maximum(Y, 0) if relu else Y))
-    run_cases("Exercise 2.3", kernel, cases, atol=ATOL, rtol=RTOL,
-              hint="only threads inside Y write; the bias is per output feature: acc += b[col]; then, only if "
-                   "relu is non-zero, clamp negatives to 0; add the bias BEFORE the ReLU")
+    return run_cases("Exercise 2.3", kernel, cases, atol=ATOL, rtol=RTOL,
+                     hint="look at which threads write (only those inside Y), which element of b goes with an "
+                          "output (one bias per output feature), whether the ReLU depends on relu, and whether the "
+                          "bias is added before the clamp")

@@ -2,7 +2,7 @@
 import numpy as np
 
 import course
-from course.checks.core import run_cases
+from course.checks.core import exercise, factor, run_cases
 from course.util import cdiv
 
 _M2, _A2 = "float32[:, ::1]", "float32[:, :]"
@@ -22,42 +22,68 @@ def _probs(rng, B, C):
     return (p / p.sum(1, keepdims=True)).astype(np.float32)  # (B, C), rows sum to 1
 
 
+def _batch_factor(got, expected):
+    """Name a constant factor between got and expected: the forgotten (or doubled) division by B."""
+    c = factor(got, expected)
+    if c is None:
+        return None
+    return (f"Every element is {c:.4g} times the expected one: a constant factor, so the formula's shape is "
+            "right; look at the division by the batch size (the loss is a mean over the rows)")
+
+
+@exercise("4.1", more="""\
+  j, r = cuda.grid(2)                       # x over the C classes, y over the B rows
+  if r < dZ.shape[0] and j < dZ.shape[1]:
+      g = probs[r, j]
+      if j == y[r]: g -= np.float32(1.0)
+      dZ[r, j] = g / np.float32(probs.shape[0])   # the mean's 1 / B""")
 def check_dlogits_kernel(kernel, seed=0):
-    """Exercise 4.1: dZ = (probs - onehot(y)) / B on odd batch sizes, C = 10 and C = 7, two block shapes."""
+    """Exercise 4.1: dZ = (probs - onehot(y)) / B on odd and whole-block sizes, C = 10, 7 and 8."""
     rng = np.random.default_rng(seed)
     cases = []
-    for (B, C), block in (((course.pick(37, 13), 10), (16, 16)), ((21, 7), (8, 4)), ((3, 10), (32, 2))):
+    for (B, C), block in (((course.pick(37, 13), 10), (16, 16)), ((21, 7), (8, 4)), ((3, 10), (32, 2)),
+                          ((16, 10), (2, 8)), ((32, 8), (8, 4))):   # the last two: whole blocks
         probs = _probs(rng, B, C)
         y = rng.integers(0, C, B)
         expected = ((probs - np.eye(C, dtype=np.float32)[y]) / np.float32(B)).astype(np.float32)
         cases.append(dict(name=f"probs {probs.shape}", grid=(cdiv(C, block[0]), cdiv(B, block[1])), block=block,
                           inputs=[probs, y], expected=expected))
-    run_cases("Exercise 4.1", kernel, cases, atol=TOL, rtol=TOL,
-              hint="j, r = cuda.grid(2); guard r < dZ.shape[0] and j < dZ.shape[1]; subtract 1 only where "
-                   "j == y[r]; divide by the batch size probs.shape[0] (the loss is a mean)")
+    return run_cases("Exercise 4.1", kernel, cases, atol=TOL, rtol=TOL, diagnose=_batch_factor,
+                     hint="look at the grid axes (x over classes, y over rows), the guard on both of dZ's "
+                          "dimensions, where the 1 of the one-hot label is subtracted, and the batch mean")
 
 
+@exercise("4.2", more="""\
+  j, i = cuda.grid(2)                        # C is (M, N): x over its columns j, y over its rows i
+  if i < C.shape[0] and j < C.shape[1]:
+      acc = sum over r in range(A.shape[0]) of A[r, i] * B[r, j]   (A read down a column: the transpose)
+      C[i, j] = acc""")
 def check_matmul_tn_kernel(kernel, seed=0):
-    """Exercise 4.2: C = A^T @ B for A (R, M), B (R, N) on odd shapes, three block shapes."""
+    """Exercise 4.2: C = A^T @ B for A (R, M), B (R, N) on odd and whole-block shapes, three block shapes."""
     rng = np.random.default_rng(seed)
     cases = []
     for (R, M, N), block in (((23, 19, 10), (16, 16)), ((course.pick(45, 9), 33, 17), (32, 4)),
-                             ((5, 7, 40), (8, 8))):
+                             ((5, 7, 40), (8, 8)), ((9, 16, 32), (16, 16)), ((12, 8, 32), (32, 4))):
         A = rng.standard_normal((R, M)).astype(np.float32)  # (R, M): e.g. H, with R = batch rows
         B = rng.standard_normal((R, N)).astype(np.float32)  # (R, N): e.g. dZ2
         cases.append(dict(name=f"A {A.shape}, B {B.shape}", grid=(cdiv(N, block[0]), cdiv(M, block[1])),
                           block=block, inputs=[A, B], expected=A.T @ B))
-    run_cases("Exercise 4.2", kernel, cases, atol=1e-4, rtol=1e-4,
-              hint="j, i = cuda.grid(2); C[i, j] = sum over the R rows r of A[r, i] * B[r, j] "
-                   "(A is read down a column: that is the transpose); guard i < C.shape[0], j < C.shape[1]")
+    return run_cases("Exercise 4.2", kernel, cases, atol=1e-4, rtol=1e-4,
+                     hint="look at what the sum runs over (the R rows both matrices share), how A is indexed for "
+                          "its transpose, and the guard on both of C's dimensions")
 
 
+@exercise("4.3", more="""\
+  i, r = cuda.grid(2)                        # dH is (B, n_in): x over i, y over the rows r
+  if r < dH.shape[0] and i < dH.shape[1]:
+      acc = sum over j in range(dZ.shape[1]) of dZ[r, j] * W[i, j]      # (dZ @ W^T)[r, i]
+      dH[r, i] = acc if H[r, i] > 0 else np.float32(0.0)""")
 def check_dhidden_kernel(kernel, seed=0):
-    """Exercise 4.3: dH = (dZ @ W^T) * [H > 0], where H has many exact zeros, on odd shapes."""
+    """Exercise 4.3: dH = (dZ @ W^T) * [H > 0], where H has many exact zeros, on odd and whole-block shapes."""
     rng = np.random.default_rng(seed)
     cases = []
     for (B, n_in, n_out), block in (((19, 23, 10), (16, 16)), ((course.pick(40, 7), 37, 7), (32, 4)),
-                                    ((4, 9, 13), (8, 8))):
+                                    ((4, 9, 13), (8, 8)), ((8, 32, 10), (32, 4)), ((16, 16, 5), (16, 16))):
         dZ = rng.standard_normal((B, n_out)).astype(np.float32)           # (B, n_out)
         W = rng.standard_normal((n_in, n_out)).astype(np.float32)         # (n_in, n_out)
         H = np.maximum(rng.standard_normal((B, n_in)), 0).astype(np.float32)  # (B, n_in), ~half exact zeros
@@ -65,6 +91,7 @@ def check_dhidden_kernel(kernel, seed=0):
         cases.append(dict(name=f"dZ {dZ.shape}, W {W.shape}, H {H.shape}",
                           grid=(cdiv(n_in, block[0]), cdiv(B, block[1])), block=block,
                           inputs=[dZ, W, H], expected=expected))
-    run_cases("Exercise 4.3", kernel, cases, atol=1e-4, rtol=1e-4,
-              hint="i, r = cuda.grid(2); the sum is over the n_out columns: dZ[r, j] * W[i, j]; write it only "
-                   "where H[r, i] > 0 (strictly: ReLU's zeros pass no gradient) and write 0 elsewhere")
+    return run_cases("Exercise 4.3", kernel, cases, atol=1e-4, rtol=1e-4,
+                     hint="look at what the sum runs over (the n_out columns of dZ), how W is indexed for W^T, "
+                          "the mask (ReLU passes no gradient where H is exactly 0) and that masked elements are "
+                          "written too")

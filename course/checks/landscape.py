@@ -4,7 +4,7 @@ from math import prod
 import numpy as np
 
 import course
-from course.checks.core import fail, passed, raise_if_unimplemented, run_cases
+from course.checks.core import call, exercise, fail, run_cases
 from course.util import cdiv
 
 _C1 = "float32[::1]"
@@ -16,11 +16,17 @@ SIGNATURES = {  # for tests/test_compile.py: the kernel of notebook 07, as the l
 ATOL, RTOL = 1e-6, 1e-5  # float32: two products and two sums per element; a GPU fuses them into FMAs
 
 
+@exercise("7.1", more="""\
+  i = cuda.grid(1)
+  if i < out.size:
+      out[i] = theta[i] + a * d1[i] + b * d2[i]     # a with d1, b with d2; theta, d1, d2 only read""")
 def check_combine_kernel(kernel, seed=0):
-    """Exercise 7.1: out[i] = theta[i] + a*d1[i] + b*d2[i]; odd sizes, three block shapes, a spare block."""
+    """Exercise 7.1: out[i] = theta[i] + a*d1[i] + b*d2[i]; odd and whole-block sizes, three block shapes, a
+    spare block; theta, d1 and d2 must come back unchanged."""
     rng = np.random.default_rng(seed)
     cases = []
-    for n, block, spare in ((course.pick(100_003, 301), 128, 0), (97, 32, 0), (7, 64, 1)):
+    for n, block, spare in ((course.pick(100_003, 301), 128, 0), (97, 32, 0), (7, 64, 1),
+                            (course.pick(101_770 // 10 * 128, 256), 128, 0), (64, 32, 0)):  # whole blocks
         theta, d1, d2 = (rng.standard_normal(n).astype(np.float32) for _ in range(3))   # (n,) each
         a = np.float32(rng.uniform(0.3, 2.0) * rng.choice([-1, 1]))
         b = np.float32(rng.uniform(0.3, 2.0) * rng.choice([-1, 1]))
@@ -29,9 +35,9 @@ def check_combine_kernel(kernel, seed=0):
         want = (theta.astype(np.float64) + float(a) * d1 + float(b) * d2).astype(np.float32)
         cases.append(dict(name=f"n={n}, a={a:.3f}, b={b:.3f}", grid=cdiv(n, block) + spare, block=block,
                           inputs=[theta, d1, d2, a, b], expected=want))
-    run_cases("Exercise 7.1", kernel, cases, atol=ATOL, rtol=RTOL,
-              hint="i = cuda.grid(1); only when i < out.size: out[i] = theta[i] + a * d1[i] + b * d2[i] "
-                   "(a goes with d1, b with d2; theta itself is not changed)")
+    return run_cases("Exercise 7.1", kernel, cases, atol=ATOL, rtol=RTOL,
+                     hint="look at the guard (threads past the end), which scalar goes with which direction, "
+                          "and that the result goes to out alone: theta, d1 and d2 are only read")
 
 
 def _project_ref(S, theta_n, d1, d2):
@@ -40,14 +46,18 @@ def _project_ref(S, theta_n, d1, d2):
     return np.linalg.solve(D.T @ D, (R @ D).T).T                           # (n, 2)
 
 
+@exercise("7.2", more="""\
+  R = snapshots - theta_n in float64                    # (n, P): centred on theta_n, a new array
+  D = np.stack([d1, d2], axis=1) in float64             # (P, 2)
+  G = D.T @ D                                           # (2, 2) Gram matrix
+  return np.linalg.solve(G, (R @ D).T).T                # (n, 2): column 0 is a, column 1 is b""")
 def check_project_to_plane(project_to_plane, seed=0):
     """Exercise 7.2: the coordinates (a_i, b_i) of each snapshot's closest point in theta_n + a d1 + b d2,
     with directions that are neither unit length nor orthogonal, and theta_n far from the origin."""
-    raise_if_unimplemented(project_to_plane)
     ex = "Exercise 7.2"
-    hint = ("subtract theta_n from every snapshot first (the plane passes through theta_n); then solve the 2x2 "
-            "normal equations G [a, b] = [d1 . r, d2 . r] with G = [[d1.d1, d1.d2], [d1.d2, d2.d2]] for every "
-            "r = theta_i - theta_n (np.linalg.solve); column 0 is a (along d1), column 1 is b (along d2)")
+    hint = ("look at the centring (the plane passes through theta_n), at the 2x2 normal equations (directions "
+            "that are neither unit length nor orthogonal need the whole Gram matrix), at which column is a "
+            "(along d1), and at the dtype: float64 throughout")
     rng = np.random.default_rng(seed)
     for n, P, overlap, scale in ((7, 53, 0.6, (3.0, 0.4)), (course.pick(40, 12), 301, -0.3, (0.2, 5.0)),
                                  (1, 9, 0.0, (1.0, 1.0))):
@@ -65,9 +75,15 @@ def check_project_to_plane(project_to_plane, seed=0):
                 f"|d2| = {np.linalg.norm(d2):.2f}, cos(d1, d2) = "
                 f"{d1 @ d2 / np.linalg.norm(d1) / np.linalg.norm(d2):.2f}")
         S_in = S.copy()
-        got = np.asarray(project_to_plane(S_in, theta_n.copy(), d1.copy(), d2.copy()))
-        if not np.array_equal(S_in, S):
-            fail(ex, case, "the snapshots array was changed: work on a copy (theta_i - theta_n makes one)", hint)
+        t_in, d1_in, d2_in = theta_n.copy(), d1.copy(), d2.copy()
+        got = call(ex, case, project_to_plane, S_in, t_in, d1_in, d2_in)
+        if not all(np.array_equal(x, y) for x, y in ((S_in, S), (t_in, theta_n), (d1_in, d1), (d2_in, d2))):
+            fail(ex, case, "an input (snapshots, theta_n, d1 or d2) was changed: work on a copy "
+                 "(theta_i - theta_n makes one)", hint)
+        if not isinstance(got, np.ndarray) or got.dtype != np.float64:
+            fail(ex, case, f"expected a float64 NumPy array, got {type(got).__name__} "
+                 f"{getattr(got, 'dtype', '')}", "the spec asks for float64: convert the inputs before the "
+                 "products (float32 sums over many parameters lose digits)")
         if got.shape != (n, 2):
             fail(ex, case, f"expected an array of shape {(n, 2)} (one row (a, b) per snapshot), got {got.shape}",
                  hint)
@@ -82,7 +98,7 @@ def check_project_to_plane(project_to_plane, seed=0):
                 what = " (a and b are swapped)"
             fail(ex, case, f"snapshot {i}, coordinate {'ab'[j]}: expected {want[i, j]:.6g}, got {got[i, j]:.6g}"
                  f"{what} ({wrong.sum()} of {wrong.size} wrong)", hint)
-    passed(ex, project_to_plane, f"3 random cases (non-unit, non-orthogonal and orthogonal directions)")
+    return "3 random cases (non-unit, non-orthogonal and orthogonal directions), float64"
 
 
 def _layout(shapes, align):
@@ -108,15 +124,20 @@ def _filter_normalize_ref(d, theta, layout, ignore_bias):
     return out
 
 
+@exercise("7.3", more="""\
+  out = np.zeros_like(d)                                # float32, padding 0, d untouched
+  for name, shape, o in layout:
+      n = prod(shape)
+      1-D (a bias): out[o:o+n] = 0 if ignore_bias else theta[o:o+n]
+      2-D W (in, out): dW = d[o:o+n].reshape(shape); tW = theta[o:o+n].reshape(shape)
+          out[o:o+n] = (dW * (norm(tW, axis=0) / (norm(dW, axis=0) + 1e-10))).ravel()""")
 def check_filter_normalize(filter_normalize, seed=0):
     """Exercise 7.3: every column of every weight matrix rescaled to its weights' column norm; biases zeroed
     (ignore_bias=True) or copied from theta (False); padding 0; the input left alone."""
-    raise_if_unimplemented(filter_normalize)
     ex = "Exercise 7.3"
-    hint = ("for each (name, shape, offset) in layout: a 2-D tensor W (in, out) has one filter per COLUMN "
-            "(the weights feeding one neuron): d[:, j] * ||theta[:, j]|| / (||d[:, j]|| + 1e-10), i.e. norms "
-            "over axis=0; a 1-D tensor (a bias) becomes 0 when ignore_bias, else a copy of theta's; start from "
-            "np.zeros_like(d) so the padding stays 0, and do not modify d")
+    hint = ("look at which axis holds a filter (a COLUMN of W (in, out): the weights feeding one neuron), at the "
+            "biases (zero or theta's, by ignore_bias), at the padding between tensors (stays 0), at the dtype "
+            "(float32, like d) and at d itself (not modified)")
     rng = np.random.default_rng(seed)
     for shapes, align, ignore_bias in (({"W1": (13, 7), "b1": (7,), "W2": (7, 3), "b2": (3,)}, 8, True),
                                        ({"W1": (5, 11), "b1": (11,), "W2": (11, 4), "b2": (4,)}, 16, False),
@@ -134,11 +155,14 @@ def check_filter_normalize(filter_normalize, seed=0):
         want = _filter_normalize_ref(d, theta, layout, ignore_bias)
         case = f"with layout {', '.join(f'{k} {s}' for k, s in shapes.items())}, ignore_bias={ignore_bias}"
         d_in, theta_in = d.copy(), theta.copy()
-        got = filter_normalize(d_in, theta_in, layout) if ignore_bias else \
-            filter_normalize(d_in, theta_in, layout, ignore_bias=False)
-        got = np.asarray(got)
+        got = call(ex, case, filter_normalize, d_in, theta_in, layout) if ignore_bias else \
+            call(ex, case, filter_normalize, d_in, theta_in, layout, ignore_bias=False)
         if not (np.array_equal(d_in, d) and np.array_equal(theta_in, theta)):
             fail(ex, case, "the input d (or theta) was changed: return a new array", hint)
+        if not isinstance(got, np.ndarray) or got.dtype != np.float32:
+            fail(ex, case, f"expected a float32 NumPy array (like d), got {type(got).__name__} "
+                 f"{getattr(got, 'dtype', '')}", "the result goes into a float32 FlatParams on the device; "
+                 "start from np.zeros_like(d)")
         if got.shape != (size,):
             fail(ex, case, f"expected a flat array of {size} numbers (the layout's size), got shape {got.shape}",
                  hint)
@@ -172,4 +196,4 @@ def check_filter_normalize(filter_normalize, seed=0):
         if pad.any() and np.any(got[pad] != 0):
             fail(ex, case, f"the padding between tensors (e.g. index {int(np.argmax(pad & (got != 0)))}) must stay 0",
                  hint)
-    passed(ex, filter_normalize, f"3 random layouts (columns of different norms; biases zeroed and kept)")
+    return "3 random layouts (columns of different norms; biases zeroed and kept)"

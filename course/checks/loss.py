@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import numpy as np
 
 import course
-from course.checks.core import (CheckFailure, check_guards, fail, passed, guarded, guarded_input, launch,
-                                raise_if_unimplemented, run_cases)
+from course.checks.core import (CheckFailure, _padded, _sticky, check_guards, check_inputs, code_names,
+                                divergent_barriers, exercise, fail, guarded, launch, run_cases)
 from course.util import cdiv
 
 SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 03, as launchers and checks call it
@@ -48,21 +48,31 @@ def _softmax_xent_rows64(logits, y):
 
 
 def _logits(rng, B, C, large):
-    """Random logits: N(0, 3), or (large) uniform in [-100, 100] with every third row moved below -150."""
+    """Random logits: N(0, 3), or (large) uniform in [-100, 100] with every third row moved below -150 and in
+    every fifth row the LAST logit leading the others by 90 to 120 (a max that skips it overflows exp)."""
     if not large:
         return (rng.standard_normal((B, C)) * 3).astype(np.float32)
     z = rng.uniform(-100, 100, (B, C))  # a max above 88.7 makes exp overflow float32 (about 4 rows in 10)
     z[::3] -= 250.0                     # every exp of these rows underflows to 0 unless the max is subtracted
+    z[1::5, -1] = z[1::5, :-1].max(axis=1) + rng.uniform(90, 120, len(z[1::5]))
     return z.astype(np.float32)
 
 
+@exercise("3.1", more="""\
+  r = cuda.grid(1)
+  if r < logits.shape[0]:
+      m = logits[r, 0]; then m = max(m, logits[r, c]) for c in range(1, C)   # every column, the last included
+      s = sum over c of math.exp(logits[r, c] - m)
+      probs[r, c] = math.exp(logits[r, c] - m) / s for every c
+      losses[r] = math.log(s) - (logits[r, y[r]] - m)      # never -log(probs[r, y[r]]): it can underflow to 0""")
 def check_softmax_xent_kernel(softmax_xent_kernel, seed=0):
-    """Exercise 3.1: one thread per row writes probs (B, C) and losses (B,); moderate logits, then ones near ±100."""
-    raise_if_unimplemented(softmax_xent_kernel)
+    """Exercise 3.1: one thread per row writes probs (B, C) and losses (B,); moderate logits, then ones near ±100
+    (some rows far below 0, some whose last logit leads by more than exp can take)."""
     ex = "Exercise 3.1"
     rng = np.random.default_rng(seed)
-    specs = {False: [(37, 10, 32, np.int64), (50, 7, 16, np.int32)],
-             True: [(45, 10, 64, np.int64), (course.pick(60_001, 29), 13, course.pick(128, 8), np.int32)]}
+    specs = {False: [(37, 10, 32, np.int64), (50, 7, 16, np.int32), (64, 10, 32, np.int64)],
+             True: [(45, 10, 64, np.int64), (course.pick(60_001, 29), 13, course.pick(128, 8), np.int32),
+                    (course.pick(60_000 // 64 * 64, 32), 10, course.pick(64, 16), np.int64)]}  # whole blocks
     cases = {}
     for large, shapes in specs.items():
         cases[large] = []
@@ -70,40 +80,37 @@ def check_softmax_xent_kernel(softmax_xent_kernel, seed=0):
             z = _logits(rng, B, C, large)
             y = rng.integers(0, C, B).astype(itype)
             losses, probs = _softmax_xent_rows64(z, y)
-            what = "near ±100, every third row below -150" if large else "N(0, 3)"
+            what = "near ±100, every third row below -150, every fifth led by its last logit" if large else "N(0, 3)"
             cases[large].append(dict(name=f"logits ({B}, {C}) {what}, {np.dtype(itype)} labels",
                                      grid=cdiv(B, block), block=block, inputs=[z, y],
                                      expected=(probs.astype(np.float32), losses.astype(np.float32))))
     # float32 throughout: probs within 1e-5 (they are in [0, 1]); losses up to ~350 within a relative 1e-5
     tol = dict(atol=1e-5, rtol=1e-5)
-    hints = {False: "one thread per row: r = cuda.grid(1), guard r < logits.shape[0]; write all C probabilities of "
-                    "row r, probs[r, c] = exp(z_c - m) / s, and losses[r] = log(s) - (z_y - m)",
-             True: "subtract the row's max before exp, with the max started at logits[r, 0] (not 0: a row can lie "
-                   "entirely below -100), and compute the loss as log(s) - (z_y - m), never as -log(probs[r, y]): "
-                   "that probability underflows to 0 when z_y is far below the max"}
-    quiet = io.StringIO()
-    with contextlib.redirect_stdout(quiet):  # one summary line at the end, not one per group of cases
-        for large in (False, True):
-            which = "logits near ±100" if large else "moderate logits"
-            try:
-                run_cases(ex, softmax_xent_kernel, cases[large], hint=hints[large], report=False, **tol)
-            except CheckFailure as e:
-                if not large:
-                    raise
-                raise CheckFailure(f"{e}\n  Your kernel passed the cases with moderate logits. With logits near "
-                                   "±100 a NaN or inf means exp overflowed (exp(89) is inf in float32) or a whole "
-                                   "row underflowed to 0 (0 / 0 is NaN), not that the element was skipped.") from None
-            except (ValueError, OverflowError, ZeroDivisionError) as e:
-                if not course.SIMULATOR:
-                    raise
+    hints = {False: "look at the row this thread owns (its guard), at whether all C probabilities of the row are "
+                    "written, and at the loss of the row's label",
+             True: "look at the max (it must start from a logit of the row, not 0, and cover every column, the "
+                   "last one included) and at how the loss is computed: from log(s) and the label's logit, not "
+                   "from a probability that can underflow to 0"}
+    for large in (False, True):
+        which = "logits near ±100" if large else "moderate logits"
+        try:
+            run_cases(ex, softmax_xent_kernel, cases[large], hint=hints[large], **tol)
+        except CheckFailure as e:
+            msg = str(e)
+            if course.SIMULATOR and any(f"raised {k}" in msg for k in ("ValueError", "OverflowError",
+                                                                          "ZeroDivisionError")):
                 # the simulator computes math.log and math.exp in Python, which raise where a GPU returns inf/NaN
-                fail(ex, f"with {which}", f"the simulator stopped your kernel: {type(e).__name__}: {e}. Python's "
-                     "math.log(0) raises where a GPU returns -inf, so your kernel took the log of 0 (a sum of exps "
-                     "that underflowed) or an exp overflowed: on a GPU this row's loss would be inf or NaN",
-                     hints[True])
+                fail(ex, f"with {which}", msg.splitlines()[1].strip() + ". Python's math.log(0) raises where a "
+                     "GPU returns -inf, so your kernel took the log of 0 (a sum of exps that underflowed) or an "
+                     "exp overflowed: on a GPU this row's loss would be inf or NaN", hints[True])
+            if not large:
+                raise
+            raise CheckFailure(f"{msg}\n  Your kernel passed the cases with moderate logits. With logits near "
+                               "±100 a NaN or inf means exp overflowed (exp(89) is inf in float32) or a whole "
+                               "row underflowed to 0 (0 / 0 is NaN), not that the element was skipped.") from None
     blocks = sorted({c["block"] for group in cases.values() for c in group})
-    passed(ex, softmax_xent_kernel, f"{sum(map(len, cases.values()))} random cases (half of them with logits "
-           f"near ±100), blocks {', '.join(map(str, blocks))}")
+    return (f"{sum(map(len, cases.values()))} random cases (half of them with logits near ±100), "
+            f"blocks {', '.join(map(str, blocks))}")
 
 
 # --- instruments for the simulator -----------------------------------------------------------------------
@@ -119,16 +126,19 @@ def _poison(a):
 
 @contextlib.contextmanager
 def simulator_instruments():
-    """While a kernel runs in the simulator: new shared and local arrays hold NaN, and atomic adds are counted.
+    """While a kernel runs in the simulator: new shared and local arrays hold NaN, atomic adds are counted, the
+    barriers each thread reaches are recorded, and so are the sizes of shared arrays.
 
-    Yields an object whose `atomic_adds` list gets one entry per `cuda.atomic.add`. On a GPU it does nothing
+    Yields an object whose `atomic_adds` list gets one entry per `cuda.atomic.add`, `barriers` maps
+    (blockIdx, threadIdx) to the source lines of the `cuda.syncthreads()` calls that thread reached, in order, and
+    `shared_sizes` lists (cells, source line) per shared array. On a GPU it does nothing
     (the list stays empty and `active` is False). The simulator allocates shared memory with numpy.empty, which
     often returns memory that happens to hold plausible values; NaN makes a read-before-write show.
 
     It also makes the simulator's shared-array allocation thread-safe: the simulator looks the array up and
     creates it without a lock, and inside a Jupyter kernel two threads of a block sometimes both create it (each
     then works on its own copy), which would fail a correct kernel here."""
-    stats = SimpleNamespace(atomic_adds=[], active=course.SIMULATOR)
+    stats = SimpleNamespace(atomic_adds=[], active=course.SIMULATOR, barriers={}, shared_sizes=[])
     if not course.SIMULATOR:
         yield stats
         return
@@ -136,7 +146,7 @@ def simulator_instruments():
     from numba.cuda import types
     from numba.cuda.np import numpy_support
     K = kernelapi
-    real = (K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add)
+    real = (K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add, K.FakeCUDAModule.syncthreads)
     lock = threading.Lock()
 
     def shared_array(self, shape, dtype, alignment=None):
@@ -149,6 +159,7 @@ def simulator_instruments():
             if a is None:
                 dt = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
                 a = self._allocations[key] = _poison(np.empty(shape, dt))
+                stats.shared_sizes.append((a.size, caller.f_lineno))
         return a
 
     def local_array(self, shape, dtype, alignment=None):
@@ -158,11 +169,17 @@ def simulator_instruments():
         stats.atomic_adds.append(index)  # list.append is atomic under the GIL
         return real[2](self, array, index, val)
 
+    def syncthreads(self):  # which barrier (source line) each thread reaches, in order
+        t, caller = threading.current_thread(), sys._getframe(1)
+        stats.barriers.setdefault((tuple(t.blockIdx), tuple(t.threadIdx)), []).append(caller.f_lineno)
+        return real[3](self)
+
     K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = shared_array, local_array, add
+    K.FakeCUDAModule.syncthreads = syncthreads
     try:
         yield stats
     finally:
-        K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = real
+        K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add, K.FakeCUDAModule.syncthreads = real
 
 
 def _names(code):
@@ -174,17 +191,49 @@ def _names(code):
     return names
 
 
+def barrier_mismatch(barriers, block):
+    """(block, thread a, its barriers, thread b, its barriers) for the first block (of `block` threads, 1-D) whose
+    threads did not all reach the same cuda.syncthreads() calls in the same order (a thread that returned before
+    any barrier reached none); None if every block agrees."""
+    by_block = {}
+    for (blk, thr), lines in sorted(barriers.items()):
+        by_block.setdefault(blk, {})[thr] = lines
+    for blk, threads in by_block.items():
+        seqs = [((t, 0, 0), threads.get((t, 0, 0), [])) for t in range(block)]
+        for thr, lines in seqs[1:]:
+            if lines != seqs[0][1]:
+                return blk, seqs[0][0], seqs[0][1], thr, lines
+    return None
+
+
+def _short(lines):
+    return ", ".join(f"line {n}" for n in lines[:6]) + (", ..." if len(lines) > 6 else "") if lines else "none"
+
+
+@exercise("3.2", more="""\
+  s = cuda.shared.array(MAX_BLOCK, np.float32)     # at least one cell per thread of the block
+  tid, i = cuda.threadIdx.x, cuda.grid(1)
+  s[tid] = x[i] if i < x.size else np.float32(0.0)
+  cuda.syncthreads()
+  step = cuda.blockDim.x
+  while step > 1:
+      half = (step + 1) // 2
+      if tid + half < step: s[tid] += s[tid + half]
+      cuda.syncthreads()                           # OUTSIDE the if: every thread of the block reaches it
+      step = half
+  if tid == 0: cuda.atomic.add(total, 0, s[0])""")
 def check_sum_kernel(sum_kernel, seed=0):
     """Exercise 3.2: total[0] += sum(x), a shared-memory tree per block and one atomic add per block."""
-    raise_if_unimplemented(sum_kernel)
     ex = "Exercise 3.2"
-    hint = ("each thread stores x[i] (or 0 past the end) in the shared array, syncthreads; then while step > 1: "
-            "half = (step + 1) // 2, add s[tid + half] into s[tid] when tid + half < step, syncthreads (outside "
-            "the if), step = half; finally thread 0 calls cuda.atomic.add(total, 0, s[0])")
+    hint = ("look at the load (every cell of the block written, a 0 past the end of x), at the barriers (after "
+            "the load and after every tree step, reached by EVERY thread of the block), at how an odd step is "
+            "halved, and at how a block's sum reaches total (added atomically, once per block)")
     rng = np.random.default_rng(seed)
     # (n, block): one block; several blocks, the last one part full; blocks that are not powers of two (48,
-    # 20); on a GPU thousands of blocks, so that a plain += into total loses additions there
-    shapes = [(5, 8), (100, 32), (130, 48), (course.pick(1_000_003, 75), course.pick(256, 20))]
+    # 20); every block full (64 of 32, 96 of 48); the launchers' block of 256; on a GPU thousands of blocks,
+    # so that a plain += into total loses additions there
+    shapes = [(5, 8), (100, 32), (130, 48), (64, 32), (96, 48), (300, 256),
+              (course.pick(1_000_003, 75), course.pick(256, 20)), (course.pick(256 * 4000, 60), course.pick(256, 20))]
     for n, block in shapes:
         x = rng.uniform(0.5, 1.5, n).astype(np.float32)  # positive: a dropped or doubled element always shows
         start = np.float32(rng.uniform(-50, 50))          # total starts here: the kernel adds, it does not set
@@ -193,8 +242,21 @@ def check_sum_kernel(sum_kernel, seed=0):
         total.copy_to_device(np.array([start], np.float32))
         grid = cdiv(n, block)
         case = f"with n={n}, grid={grid}, block={block} (total starting at {start:.3f})"
+        x_host, x_buf, x_view = _padded(x, guard)
         with simulator_instruments() as stats:
-            launch(ex, case, sum_kernel, grid, block, [guarded_input(x, guard), total], hint)
+            launch(ex, case, sum_kernel, grid, block, [x_view, total], hint)
+        check_inputs(ex, case, {0: (x_host, x_buf, guard, x.shape)}, ["x"], hint)
+        small = [(size, line) for size, line in stats.shared_sizes if size < block]
+        if small:
+            fail(ex, case, f"the shared array of line {small[0][1]} has {small[0][0]} cells for a block of {block} "
+                 "threads: on a GPU the threads past its end write into memory that is not theirs", hint)
+        odd = barrier_mismatch(stats.barriers, block)
+        if odd:
+            blk, ta, la, tb, lb = odd
+            fail(ex, case, f"in block {blk[0]}, thread {ta[0]} reached the barriers ({_short(la)}) and thread "
+                 f"{tb[0]} reached ({_short(lb)}): every thread of a block must reach the same "
+                 "cuda.syncthreads() calls. A barrier inside an `if` that depends on the thread (or a return "
+                 "before one) is undefined behaviour on a GPU: a hang or a wrong sum", hint)
         full = full.copy_to_host()
         check_guards(ex, case, full, guard, (1,), hint)
         got, want = float(full[guard]), float(start) + float(x.astype(np.float64).sum())
@@ -217,7 +279,7 @@ def check_sum_kernel(sum_kernel, seed=0):
                         "partner's cell before the partner has added into it)?")
                 if block & (block - 1):
                     msg += (f" Or, with this block of {block} threads (not a power of two), does half round down "
-                            "(step // 2)? That drops the last cell of every odd step: round up, (step + 1) // 2")
+                            "(step // 2)? That drops the last cell of every odd step: round up")
             else:
                 msg += f": {diff:.4f} too much, about {diff / x.mean():.1f} elements counted twice"
             fail(ex, case, msg, hint)
@@ -228,12 +290,18 @@ def check_sum_kernel(sum_kernel, seed=0):
                      "plain += at the same time lose each other's additions", hint)
             fail(ex, case, f"{len(stats.atomic_adds)} atomic adds for {grid} block{'s' * (grid > 1)}: reduce each "
                  "block in shared memory first, then let one thread per block add the block's sum", hint)
-    if "atomic" not in _names(getattr(sum_kernel, "py_func", sum_kernel).__code__):
+    lines = divergent_barriers(sum_kernel)
+    if lines:
+        fail(ex, "(reading the kernel's code)", f"cuda.syncthreads() on line {', '.join(map(str, lines))} is "
+             "inside an `if` (or a loop, or after a `return`) that depends on the thread: not every thread of the "
+             "block reaches it, which is undefined behaviour on a GPU (a hang, or a sum that is right by luck)",
+             hint)
+    if "atomic" not in code_names(sum_kernel):  # the kernel's code and every device function it calls
         fail(ex, "(reading the kernel's code)", "sum_kernel never uses cuda.atomic: blocks run at the same time "
              "on a GPU, and a plain total[0] += s[0] loses additions", hint)
     blocks = ", ".join(str(b) for b in sorted({b for _, b in shapes}))
-    passed(ex, sum_kernel, f"{len(shapes)} random cases, blocks {blocks}"
-           + (", shared memory NaN-filled, one atomic add per block" if course.SIMULATOR else ""))
+    return (f"{len(shapes)} random cases (sizes that are and are not multiples of the block), blocks {blocks}"
+            + (", shared memory NaN-filled, barriers and atomic adds counted" if course.SIMULATOR else ""))
 
 
 # --- Exercise 3.3: a launcher, checked by calling it ----------------------------------------------------
@@ -242,31 +310,107 @@ class _HostCopy(Exception):
     pass
 
 
+def _device_array_classes():
+    """(the class that defines copy_to_host, the one that defines __setitem__) of a device array: on a GPU the
+    first is DeviceNDArrayBase and the second its subclass DeviceNDArray; in the simulator both are one class."""
+    from numba import cuda
+    mro = type(cuda.device_array(1, np.float32)).__mro__
+    return (next(c for c in mro if "copy_to_host" in vars(c)), next(c for c in mro if "__setitem__" in vars(c)))
+
+
 @contextlib.contextmanager
-def _no_copy_to_host(*arrays):
-    """Make copy_to_host raise _HostCopy on these arrays' classes while the block runs."""
-    owners = {next(c for c in type(a).__mro__ if "copy_to_host" in vars(c)) for a in arrays}
-    saved = {c: vars(c)["copy_to_host"] for c in owners}
+def no_host_copies(*, to_host=True, to_device=True, allocations=False):
+    """While the block runs, copies between host and device (and, if asked, new device allocations) raise
+    _HostCopy(what): the student's code must keep its work on the device, in the arrays it was given."""
+    from numba import cuda
+    cls, setitem = _device_array_classes()  # setitem: a[...] = host values is a copy too
+    saved_cls = {k: vars(cls)[k] for k in ("copy_to_host", "copy_to_device") if k in vars(cls)}
+    saved_set = vars(setitem)["__setitem__"]
+    mod_names = (["to_device"] if to_device else []) + \
+        (["device_array", "device_array_like", "to_device", "pinned_array", "mapped_array"] if allocations else [])
+    saved_mod = {k: getattr(cuda, k) for k in set(mod_names) if hasattr(cuda, k)}
 
-    def refuse(self, *args, **kwargs):
-        raise _HostCopy()
+    def refuse(what):
+        def f(*args, **kwargs):
+            raise _HostCopy(what)
+        return f
 
-    for c in owners:
-        c.copy_to_host = refuse
+    if to_host:
+        cls.copy_to_host = refuse("copied an array to the host (copy_to_host)")
+    if to_device:
+        cls.copy_to_device = refuse("copied an array from the host to the device (copy_to_device)")
+        host_set = refuse("copied values from the host to the device (an assignment out[...] = ...)")
+
+        def guarded_set(self, key, value):  # in the simulator kernels index device arrays too: let them
+            if type(threading.current_thread()).__name__ == "BlockThread":
+                return saved_set(self, key, value)
+            return host_set(self, key, value)
+        setitem.__setitem__ = guarded_set
+    for k in saved_mod:
+        setattr(cuda, k, refuse("copied an array from the host to the device (cuda.to_device)" if k == "to_device"
+                                else f"allocated a new device array (cuda.{k})"))
     try:
         yield
     finally:
-        for c, f in saved.items():
-            c.copy_to_host = f
+        for k, f in saved_cls.items():
+            setattr(cls, k, f)
+        setitem.__setitem__ = saved_set
+        for k, f in saved_mod.items():
+            setattr(cuda, k, f)
 
 
-def check_batch_mean(batch_mean, seed=0):
-    """Exercise 3.3: batch_mean(x, out=None) leaves mean(x) in out (1,) on the device, on every call."""
-    raise_if_unimplemented(batch_mean)
+@contextlib.contextmanager
+def recorded_launches():
+    """While the block runs, every kernel launch appends (kernel name, grid, block) to the yielded list."""
     from numba import cuda
+
+    @cuda.jit
+    def _probe(a):
+        pass
+
+    cls = type(_probe)
+    had = "__getitem__" in vars(cls)
+    real = cls.__getitem__
+    launches = []
+
+    def getitem(self, config):
+        py = getattr(self, "py_func", None)
+        cfg = config if isinstance(config, tuple) else (config,)
+        launches.append((getattr(py, "__name__", "?"), cfg[0], cfg[1] if len(cfg) > 1 else None))
+        return real(self, config)
+
+    cls.__getitem__ = getitem
+    try:
+        yield launches
+    finally:
+        if had:
+            cls.__getitem__ = real
+        else:
+            del cls.__getitem__
+
+
+def _threads(dims):
+    dims = dims if isinstance(dims, tuple) else (dims,)
+    return int(np.prod([int(d) for d in dims]))
+
+
+@exercise("3.3", more="""\
+  n = x.shape[0]
+  if out is None: out = cuda.device_array(1, np.float32)
+  zero_kernel[1, 1](out)                              # reset on the device, on every call
+  sum_kernel[cdiv(n, THREADS), THREADS](x, out)       # grid first, then the block
+  div_kernel[1, 1](out, np.float32(n))
+  return out""")
+def check_batch_mean(batch_mean, seed=0):
+    """Exercise 3.3: batch_mean(x, out=None) leaves mean(x) in out (1,) on the device, on every call, with
+    sum_kernel launched on cdiv(n, THREADS) blocks of THREADS threads and no copy between host and device."""
+    from numba import cuda
+
+    from course.loss import THREADS
     ex = "Exercise 3.3"
-    hint = ("zero out with zero_kernel, launch sum_kernel on cdiv(n, THREADS) blocks of THREADS threads, then "
-            "div_kernel(out, np.float32(n)); no copy_to_host, and return out")
+    hint = ("look at how out is reset (a kernel on the device, every call), at the launch of sum_kernel (grid "
+            "first: how many blocks of THREADS threads cover n elements), at the division by n, and at what is "
+            "returned; no copy between host and device")
     rng = np.random.default_rng(seed)
     n_big = course.pick(100_003, 300)
     x37 = rng.uniform(0.5, 1.5, 37).astype(np.float32)
@@ -274,20 +418,25 @@ def check_batch_mean(batch_mean, seed=0):
     junk = cuda.to_device(np.array([rng.uniform(500, 1000)], np.float32))  # an `out` that holds an old value
     calls = [("n=37, out=None", x37, None), ("n=37 again, into the out the first call returned", x37, "prev"),
              (f"n={n_big}, into an out that holds {junk.copy_to_host()[0]:.2f}", xbig, junk)]
-    prev = None
+    prev, blocks_seen = None, set()
     for what, x, out in calls:
         case = f"with {what}"
         x_d = cuda.to_device(x)
         out = prev if out == "prev" else out
         try:
-            with _no_copy_to_host(x_d, *([out] if out is not None else [])):
+            with no_host_copies(), recorded_launches() as launches:
                 got_arr = batch_mean(x_d) if out is None else batch_mean(x_d, out)
-        except _HostCopy:
-            fail(ex, case, "batch_mean copied an array to the host", "keep everything on the device: a copy to "
-                 "the host makes Python wait for the GPU; " + hint)
+                cuda.synchronize()
+        except _HostCopy as e:
+            fail(ex, case, f"batch_mean {e}", "keep everything on the device: reset out with a kernel, and "
+                 "never copy to the host (that makes Python wait for the GPU); " + hint)
         except CheckFailure:
             raise
+        except NotImplementedError:
+            raise
         except Exception as e:
+            if _sticky(e):
+                raise
             fail(ex, case, f"batch_mean raised {type(e).__name__}: {e}", hint)
         if out is not None and got_arr is not out:
             fail(ex, case, "batch_mean did not return the `out` it was given", hint)
@@ -295,6 +444,20 @@ def check_batch_mean(batch_mean, seed=0):
                 or tuple(got_arr.shape) != (1,) or got_arr.dtype != np.float32:
             fail(ex, case, f"expected a (1,) float32 device array, got {type(got_arr).__name__} "
                  f"{getattr(got_arr, 'shape', '')}", hint)
+        sums = [(_threads(g), _threads(b)) for name, g, b in launches if name == "sum_kernel"]
+        n = len(x)
+        for g, b in sums:
+            if b > 1024:
+                fail(ex, case, f"sum_kernel was launched with blocks of {b} threads: a GPU runs at most 1024 "
+                     f"threads per block; use blocks of THREADS = {THREADS} and as many blocks as n needs", hint)
+            if g != cdiv(n, b):
+                fail(ex, case, f"sum_kernel was launched on grid={g} blocks of block={b} threads for n={n}: "
+                     f"that should be cdiv(n, block) = {cdiv(n, b)} blocks (in kernel[grid, block] the grid "
+                     "comes first)", hint)
+            blocks_seen.add(b)
+        if len(blocks_seen) > 1:
+            fail(ex, case, f"sum_kernel's block size changes with n ({sorted(blocks_seen)} threads): one block "
+                 "per array cannot go past 1024 threads; keep the block at THREADS and let the grid grow", hint)
         got = float(got_arr.copy_to_host()[0])
         want = float(x.astype(np.float64).mean())
         if not abs(got - want) <= 1e-5 * want:  # float32 sum of positive numbers: relative error well below 1e-5
@@ -308,6 +471,8 @@ def check_batch_mean(batch_mean, seed=0):
             else:
                 msg += ": too small; do the blocks cover all n elements (cdiv, not //)?"
             fail(ex, case, msg, hint)
+        if not sums:
+            fail(ex, case, "the mean is right, but sum_kernel (Exercise 3.2) was never launched", hint)
         prev = got_arr
-    passed(ex, batch_mean, f"{len(calls)} calls (a fresh out, the same out again, an out holding junk), "
-           "nothing copied to the host")
+    return ("3 calls (a fresh out, the same out again, an out holding junk), sum_kernel launched on "
+            "cdiv(n, THREADS) blocks of THREADS, nothing copied between host and device")

@@ -3,7 +3,7 @@ notebook 08's kernels (course.perf and course.fused)."""
 import numpy as np
 
 import course
-from course.checks.core import run_cases
+from course.checks.core import exercise, run_cases
 from course.checks.update import run_inplace_steps
 from course.update import sgd_ref
 from course.util import cdiv
@@ -35,6 +35,12 @@ SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 08, as lau
 ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumulated in another order than BLAS
 
 
+@exercise("8.1", more="""\
+  for kk in range(BK):                               # every kk of the tile
+      for i in range(TM): a[i] = sA[kk, ty + TY * i]     # the same strided rows ...
+      for j in range(TN): b[j] = sB[kk, tx + TX * j]     # ... and columns as the epilogue that writes C
+      for i in range(TM):
+          for j in range(TN): acc[i, j] += a[i] * b[j]""")
 def check_matmul_v3(kernel, seed=0):
     """Exercise 8.1: the register-blocked matmul on odd shapes (not multiples of the 128x128 tile nor of BK = 8),
     with exact and oversized grids; blocks of (16, 16) threads, as the kernel's tiling requires."""
@@ -42,25 +48,29 @@ def check_matmul_v3(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     shapes = [((19, 37, 23), (1, 0)), ((course.pick(140, 130), 9, 5), (0, 0)),   # spare blocks; two row tiles
-              ((3, 20, course.pick(150, 131)), (0, 1))]                          # two column tiles; spare row
+              ((3, 20, course.pick(150, 131)), (0, 1)),                          # two column tiles; spare row
+              ((BM, 16, course.pick(2 * BN, BN)), (0, 0))]                      # whole tiles: no edge at all
     for (M, K, N), extra in shapes:
         A = rng.standard_normal((M, K)).astype(np.float32)      # (M, K)
         B = rng.standard_normal((K, N)).astype(np.float32)      # (K, N)
         grid = (cdiv(N, BN) + extra[0], cdiv(M, BM) + extra[1])
         cases.append(dict(name=f"A {A.shape} @ B {B.shape}", grid=grid, block=V3_BLOCK, inputs=[A, B],
-                          expected=A @ B))
-    run_cases("Exercise 8.1", kernel, cases, atol=ATOL, rtol=RTOL,
-              hint="for kk in range(BK): a[i] = sA[kk, ty + TY * i] for i < TM, b[j] = sB[kk, tx + TX * j] for "
-                   "j < TN, then acc[i, j] += a[i] * b[j] for every i, j: the same strided rows and columns as the "
-                   "epilogue that writes C, and every kk of the tile")
+                          expected=A @ B, unit=(BN, BM)))  # a tile of C is what sizes are multiples of
+    return run_cases("Exercise 8.1", kernel, cases, atol=ATOL, rtol=RTOL,
+                     hint="look at which rows of sA and columns of sB a thread reads into its registers (the same "
+                          "strided ones the epilogue writes to C), at whether every kk of the tile is used, and "
+                          "at the outer product: every (i, j) pair of the thread's TM x TN block")
 
 
+@exercise("8.2", more="""\
+  for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):   # start at the GLOBAL index,
+      p[i] -= lr * g[i]                                     # stride by the threads of the whole GRID""")
 def check_sgd_gridstride(kernel, seed=0):
     """Exercise 8.2: p -= lr * g in place, for grids too small (each thread must loop) and too large."""
     rng = np.random.default_rng(seed)
     cases = []
     for n, grid, block in ((course.pick(1000, 200), 1, 32), (course.pick(999, 131), 3, 32), (37, 4, 32),
-                           (course.pick(5000, 300), 2, 64)):
+                           (course.pick(5000, 300), 2, 64), (course.pick(4096, 256), 2, 64)):  # last: whole
         p = rng.standard_normal(n).astype(np.float32)
         steps, cur = [], p
         for _ in range(2):
@@ -70,7 +80,7 @@ def check_sgd_gridstride(kernel, seed=0):
             steps.append((g, (lr,), (cur,)))
         cases.append(dict(name=f"{n} parameters, {grid * block} threads", grid=grid, block=block, names=["p"],
                           state=[p], steps=steps))
-    run_inplace_steps("Exercise 8.2", kernel, cases,
-                      hint="for i in range(cuda.grid(1), p.size, cuda.gridsize(1)): p[i] -= lr * g[i]: start at the "
-                           "thread's GLOBAL index and stride by the number of threads in the whole GRID "
-                           "(not the block): every element exactly once")
+    return run_inplace_steps("Exercise 8.2", kernel, cases,
+                             hint="look at where a thread's loop starts (its index in the whole grid) and how far "
+                                  "it steps (the number of threads in the whole grid, not the block): every element "
+                                  "exactly once, for grids smaller and larger than the array")

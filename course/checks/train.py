@@ -3,7 +3,7 @@ import numpy as np
 from numba import cuda
 
 import course
-from course.checks.core import fail, passed, raise_if_unimplemented
+from course.checks.core import call, exercise, fail
 from course.grad import mlp_grads_ref, mlp_loss_ref
 
 SIGNATURES = {}  # notebook 06 composes earlier kernels and defines none of its own
@@ -23,71 +23,142 @@ def _nan_like(a):
     return cuda.to_device(np.full(a.shape, np.nan, np.float32))
 
 
+def _optimizer(kind, params, rng):
+    """A fresh optimizer of `kind` over params, with state that makes its step differ from plain SGD's."""
+    from course.update import SGD, Adam, Momentum
+    if kind == "sgd":
+        return SGD(params, 0.5)
+    if kind == "momentum":
+        opt = Momentum(params, 0.1, mu=0.9)
+        opt.v.flat.copy_to_device(rng.standard_normal(params.size).astype(np.float32))  # velocity built up
+        return opt
+    # eps well above float32 noise in the gradient, so that g / (sqrt(v) + eps) is stable to compare
+    return Adam(params, 0.01, eps=1e-3)
+
+
+def _twin(opt, p):
+    """An optimizer of opt's class and state over a copy of the parameters p (host dict)."""
+    from course.update import FlatParams
+    params = FlatParams({k: v.shape for k, v in p.items()}).copy_from_host(p)
+    twin = _optimizer(type(opt).__name__.lower(), params, np.random.default_rng(0))
+    for name in ("v", "m"):
+        if hasattr(opt, name):
+            getattr(twin, name).flat.copy_to_device(getattr(opt, name).flat.copy_to_host())
+    if hasattr(opt, "t"):
+        twin.t = opt.t
+    return twin
+
+
+@exercise("6.1", more="""\
+  H, logits = mlp_forward(Xb, params["W1"], params["b1"], params["W2"], params["b2"], H=buf["H"], logits=buf["logits"])
+  loss, probs = cross_entropy(logits, yb, probs=buf["probs"], losses=buf["losses"], loss=buf["loss"])
+  mlp_backward(Xb, yb, H, probs, params["W2"], grads, work=buf)
+  opt.step(grads)          # the optimizer you were given, whatever it is
+  return loss              # a device array: not read here""")
 def check_train_step(train_step, seed=0):
-    """Exercise 6.1: one step with SGD changes the parameters exactly as the NumPy twin says, and returns the loss."""
-    raise_if_unimplemented(train_step)
+    """Exercise 6.1: two steps with SGD, momentum and Adam change the parameters as the NumPy twin's gradients
+    and the same optimizer say, return the loss on the device, and neither read it back nor allocate per step."""
+    from course.checks.loss import _HostCopy, no_host_copies
     from course.train import buffers
-    from course.update import SGD, FlatParams
+    from course.update import FlatParams
     ex = "Exercise 6.1"
+    hint = ("look at the order (forward, loss, backward, update), at where each call writes (the buffers in buf, "
+            "the grads you were given), at which optimizer takes the step (the one passed in), and at what is "
+            "returned (the loss device array, not read)")
     rng = np.random.default_rng(seed)
-    for B, n_in, hidden, lr in ((7, course.pick(784, 49), 13, 0.5), (5, 30, 6, 0.1)):
+    for kind, B, n_in, hidden in (("sgd", 7, course.pick(784, 49), 13), ("momentum", 5, 30, 6),
+                                  ("adam", 6, 20, 5)):
         X, y, p = _problem(rng, B, n_in, hidden)
-        case = f"with B={B}, {n_in}-{hidden}-10, SGD lr={lr}"
         params = FlatParams({k: v.shape for k, v in p.items()})
         params.copy_from_host(p)
+        opt = _optimizer(kind, params, rng)
+        twin = _twin(opt, p)
         grads = params.zeros_like()
         grads.flat.copy_to_device(np.full(grads.size, np.nan, np.float32))  # a skipped backward shows as NaN
         buf = {k: _nan_like(v) for k, v in buffers(B, hidden).items()}      # so does a skipped forward
-        loss = train_step(cuda.to_device(X), cuda.to_device(y), params, grads, SGD(params, lr), buf)
-        if not hasattr(loss, "copy_to_host") or tuple(loss.shape) != (1,):
-            fail(ex, case, f"returned {type(loss).__name__}, not the (1,) loss device array",
-                 "return the loss that cross_entropy gives back, without copying it to the host")
-        want_loss = mlp_loss_ref(X, y, **p)
-        got_loss = float(loss.copy_to_host()[0])
-        if not np.isclose(got_loss, want_loss, rtol=1e-5, atol=1e-6):
-            fail(ex, case, f"loss: expected {want_loss:.6f} (before the update), got {got_loss:.6f}",
-                 "forward (mlp_forward with the current params), then cross_entropy on its logits")
-        g = mlp_grads_ref(X, y, **p)
-        got = params.to_host()
-        for name in p:
-            want = p[name] - lr * g[name]
-            if np.isnan(got[name]).any():
-                fail(ex, case, f"{name} became NaN", "call mlp_backward to fill grads before opt.step(grads), "
-                     "and pass it H and probs from THIS step's forward pass")
-            if np.allclose(got[name], p[name], atol=1e-7) and np.abs(g[name]).max() > 1e-6:
-                fail(ex, case, f"{name} did not change", "call opt.step(grads) after the backward pass")
-            if not np.allclose(got[name], want, rtol=1e-4, atol=1e-6):
-                i = tuple(int(k) for k in np.argwhere(~np.isclose(got[name], want, rtol=1e-4, atol=1e-6))[0])
-                fail(ex, case, f"{name}{list(i)}: expected {want[i]:.6f} after the step, got {got[name][i]:.6f}",
-                     "forward -> cross_entropy -> mlp_backward(Xb, yb, H, probs, W2, grads) -> opt.step(grads)")
-    passed(ex, train_step, "2 random problems, loss and every parameter match the NumPy twin")
+        X_d, y_d = cuda.to_device(X), cuda.to_device(y)
+        for step in (1, 2):
+            case = f"with B={B}, {n_in}-{hidden}-10, {type(opt).__name__} (lr={opt.lr}), step {step} of 2"
+            before = twin.params.to_host()
+            try:  # the first step may allocate what it keeps in buf; after that, nothing new and nothing read
+                with no_host_copies(to_device=step > 1, allocations=step > 1):
+                    loss = call(ex, case, train_step, X_d, y_d, params, grads, opt, buf, hint=hint)
+            except _HostCopy as e:
+                fail(ex, case, f"train_step {e}", "a step must not wait for the GPU or allocate: read the loss "
+                     "only every few steps, outside train_step, and reuse the arrays in buf; " + hint)
+            if not hasattr(loss, "copy_to_host") or tuple(loss.shape) != (1,):
+                fail(ex, case, f"returned {type(loss).__name__}, not the (1,) loss device array",
+                     "return the loss that cross_entropy gives back, without copying it to the host")
+            want_loss = mlp_loss_ref(X, y, **before)
+            got_loss = float(loss.copy_to_host()[0])
+            if not np.isclose(got_loss, want_loss, rtol=1e-5, atol=1e-6):
+                fail(ex, case, f"loss: expected {want_loss:.6f} (before the update), got {got_loss:.6f}",
+                     "the loss comes from the forward pass with the current params, before the update")
+            g = mlp_grads_ref(X, y, **before)
+            ref_grads = twin.params.zeros_like().copy_from_host(g)
+            twin.step(ref_grads)
+            want, got = twin.params.to_host(), params.to_host()
+            for name in p:
+                if np.isnan(got[name]).any():
+                    fail(ex, case, f"{name} became NaN", "fill grads with the backward pass of THIS step's "
+                         "forward (its H and probs) before the update")
+                if np.allclose(got[name], before[name], atol=1e-7) and np.abs(g[name]).max() > 1e-6:
+                    fail(ex, case, f"{name} did not change", "the update comes after the backward pass")
+                if not np.allclose(got[name], want[name], rtol=1e-4, atol=1e-6):
+                    i = tuple(int(k) for k in np.argwhere(~np.isclose(got[name], want[name], rtol=1e-4,
+                                                                      atol=1e-6))[0])
+                    fail(ex, case, f"{name}{list(i)}: expected {want[name][i]:.6f} after the step, got "
+                         f"{got[name][i]:.6f}", hint)
+    return "3 random problems x 2 steps (SGD, momentum, Adam): loss and every parameter match the NumPy twin"
 
 
+@exercise("6.2", more="""\
+  _, logits = mlp_forward(X_d, params["W1"], params["b1"], params["W2"], params["b2"])   # all N rows at once
+  loss, _ = cross_entropy(logits, y_d)        # the mean over all N
+  correct = count_correct(logits, y_d)        # ties go to the first class, like np.argmax
+  return float(loss.copy_to_host()[0]), int(correct.copy_to_host()[0]) / X_d.shape[0]""")
 def check_evaluate(evaluate, seed=0):
-    """Exercise 6.2: (loss, accuracy) of random parameters on random data, against the NumPy twin."""
-    raise_if_unimplemented(evaluate)
+    """Exercise 6.2: (loss, accuracy) of random parameters on random data, against the NumPy twin; N from 37 to
+    thousands of rows (a mean of per-chunk means is wrong), and logits with exact ties."""
     from course.update import FlatParams
     ex = "Exercise 6.2"
+    hint = ("look at what the mean runs over (all N rows, not a mean of means), at how a correct row is counted "
+            "(the first largest logit, as np.argmax: a tie is not a hit for a later class), and at the types "
+            "returned (two Python floats)")
     rng = np.random.default_rng(seed)
-    for N, n_in, hidden in ((37, 20, 9), (course.pick(1001, 11), course.pick(784, 49), 16)):
+    for N, n_in, hidden, ties in ((37, 20, 9, True), (course.pick(10_007, 150), course.pick(784, 20), 16, False)):
         X, y, p = _problem(rng, N, n_in, hidden)
         p["W2"] *= 8  # confident predictions, so that accuracy is far from chance and its errors show
+        what = ""
+        if ties:  # classes 3 and 7 get the same weights and bias: their logits are equal in every row
+            p["W2"][:, 7], p["b2"][7] = p["W2"][:, 3], p["b2"][3]
+            p["W2"][:, 3] += 2 * np.abs(p["W2"]).max(axis=1)  # ... and larger than the others
+            p["W2"][:, 7] = p["W2"][:, 3]
+            H0 = np.maximum(X @ p["W1"] + p["b1"], 0)
+            lead = (H0 @ p["W2"] + p["b2"]).argmax(1) == 3
+            y[lead & (np.arange(N) % 2 == 0)] = 7  # half of those rows labelled with the tied, later class
+            what = ", classes 3 and 7 tied"
         params = FlatParams({k: v.shape for k, v in p.items()})
         params.copy_from_host(p)
-        case = f"with N={N}, {n_in}-{hidden}-10"
-        got = evaluate(cuda.to_device(X), cuda.to_device(y), params)
+        case = f"with N={N}, {n_in}-{hidden}-10{what}"
+        got = call(ex, case, evaluate, cuda.to_device(X), cuda.to_device(y), params, hint=hint)
         if not (isinstance(got, tuple) and len(got) == 2):
             fail(ex, case, f"expected a tuple (loss, accuracy), got {got!r}", "return two Python floats")
         loss, acc = got
         H = np.maximum(X @ p["W1"] + p["b1"], 0)
-        want_acc = float(np.mean((H @ p["W2"] + p["b2"]).argmax(1) == y))
+        logits = H @ p["W2"] + p["b2"]
+        want_acc = float(np.mean(logits.argmax(1) == y))
         want_loss = mlp_loss_ref(X, y, **p)
         if not isinstance(loss, float) or not isinstance(acc, float):
             fail(ex, case, f"got types ({type(loss).__name__}, {type(acc).__name__})",
                  "copy the two device scalars to the host and convert: float(...)")
         if not np.isclose(acc, want_acc, atol=1e-9):
-            fail(ex, case, f"accuracy: expected {want_acc:.4f}, got {acc:.4f}",
-                 "accuracy is count_correct / N, a fraction in [0, 1]")
+            why = ""
+            if ties and np.isclose(acc, np.mean(logits[np.arange(N), y] >= logits.max(1)), atol=1e-9):
+                why = ": ties counted as correct (a row whose label's logit EQUALS the max of another, earlier class)"
+            fail(ex, case, f"accuracy: expected {want_acc:.4f}, got {acc:.4f}{why}",
+                 "accuracy is count_correct / N, a fraction in [0, 1]; " + hint)
         if not np.isclose(loss, want_loss, rtol=1e-5, atol=1e-6):
-            fail(ex, case, f"loss: expected {want_loss:.6f}, got {loss:.6f}", "the mean cross-entropy over all N")
-    passed(ex, evaluate, "2 random problems, loss and accuracy match the NumPy twin")
+            fail(ex, case, f"loss: expected {want_loss:.6f}, got {loss:.6f}", "the mean cross-entropy over all N; "
+                 + hint)
+    return "2 random problems (N up to thousands, tied logits): loss and accuracy match the NumPy twin"

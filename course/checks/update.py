@@ -12,8 +12,8 @@ import numpy as np
 from numba import cuda
 
 import course
-from course.checks.core import (GUARD_FLOAT, check_guards, compare, fail, guarded_input, launch, passed,
-                                raise_if_unimplemented)
+from course.checks.core import (GUARD_FLOAT, _padded, check_guards, check_inputs, compare, exercise, fail,
+                                launch, raise_if_unimplemented)
 from course.update import adam_ref, momentum_ref, sgd_ref
 from course.util import cdiv
 
@@ -53,7 +53,11 @@ def run_inplace_steps(exercise, kernel, cases, hint, atol=ATOL, rtol=RTOL):
     (parameters first, then the optimizer's state, as named by `names`); each step is
     (gradient, scalars, expected state after the step). The kernel is called as
     kernel(state[0], gradient, *state[1:], *scalars): parameters, gradient, state, hyperparameters."""
+    __tracebackhide__ = True
     raise_if_unimplemented(kernel)
+    unit = lambda c: c.get("unit", c["block"])  # noqa: E731
+    if {all(a.size % unit(c) == 0 for a in c["state"]) for c in cases} != {True, False}:
+        raise ValueError(f"{exercise}'s check needs sizes that are and are not multiples of the block")
     for c in cases:
         block = c["block"] if isinstance(c["block"], tuple) else (c["block"],)
         grid = c["grid"] if isinstance(c["grid"], tuple) else (c["grid"],)
@@ -64,7 +68,8 @@ def run_inplace_steps(exercise, kernel, cases, hint, atol=ATOL, rtol=RTOL):
         for k, (g, scalars, expected) in enumerate(c["steps"], 1):
             case = f"with {c['name']}, step {k} of {len(c['steps'])}, grid={c['grid']}, block={c['block']}"
             views = [view for _, view in bufs]
-            args = [views[0], guarded_input(g, guard), *views[1:], *scalars]
+            g_host, g_buf, g_view = _padded(np.asarray(g), guard)
+            args = [views[0], g_view, *views[1:], *scalars]
             launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
             for (full, _), name, e, prev in zip(bufs, c["names"], expected, before):
                 where = f"{case} (array {name})"
@@ -78,17 +83,19 @@ def run_inplace_steps(exercise, kernel, cases, hint, atol=ATOL, rtol=RTOL):
                          f"{prev[idx]!r}, expected {e[idx]!r}): never written, or the update came out as zero? "
                          f"({stale.sum()} of {stale.size} elements unchanged)", hint)
                 compare(exercise, where, got, e, atol, rtol, hint)
+            check_inputs(exercise, case, {0: (g_host, g_buf, guard, g.shape)}, ["g (the gradient)"], hint)
             before = list(expected)
     shapes = sorted({str(c["block"]) for c in cases})
-    passed(exercise, kernel, f"{len(cases)} random cases x {len(cases[0]['steps'])} steps, "
-           f"blocks {', '.join(shapes)}")
+    return (f"{len(cases)} random cases x {len(cases[0]['steps'])} steps (sizes that are and are not multiples "
+            f"of the block), blocks {', '.join(shapes)}")
 
 
 def _shapes():
-    """(n, grid, block) per case: sizes that are not multiples of the block; the last case launches a spare
-    block of threads that are all past the end."""
+    """(n, grid, block) per case: sizes that are not multiples of the block (the third case launches a spare
+    block of threads that are all past the end), then one that is (every block full)."""
     out = []
-    for n, block, spare in ((course.pick(100_003, 301), 128, 0), (course.pick(54_321, 97), 32, 0), (7, 64, 1)):
+    for n, block, spare in ((course.pick(100_003, 301), 128, 0), (course.pick(54_321, 97), 32, 0), (7, 64, 1),
+                            (course.pick(1024 * 128, 256), 128, 0)):
         out.append((n, cdiv(n, block) + spare, block))
     return out
 
@@ -97,6 +104,10 @@ def _f32(x):
     return np.float32(x)
 
 
+@exercise("5.1", more="""\
+  i = cuda.grid(1)
+  if i < p.size:
+      p[i] = p[i] - lr * g[i]        # downhill (minus), written back into p; g is only read""")
 def check_sgd_kernel(sgd_kernel, seed=0):
     """Exercise 5.1: p[i] -= lr * g[i] in place, several steps, odd sizes, several launch shapes."""
     rng = np.random.default_rng(seed)
@@ -111,11 +122,17 @@ def check_sgd_kernel(sgd_kernel, seed=0):
             steps.append((g, (lr,), (cur,)))
         cases.append(dict(name=f"n={n}, lr={lr:.3f}", grid=grid, block=block, names=("p",), state=[p],
                           steps=steps))
-    run_inplace_steps("Exercise 5.1", sgd_kernel, cases,
-                      hint="i = cuda.grid(1); only when i < p.size: p[i] = p[i] - lr * g[i] (downhill: minus; "
-                           "in place: write p[i] back)")
+    return run_inplace_steps("Exercise 5.1", sgd_kernel, cases,
+                             hint="look at the direction of the step (downhill), at whether the new value is "
+                                  "stored back into p (in place), and at the guard for threads past the end")
 
 
+@exercise("5.2", more="""\
+  i = cuda.grid(1)
+  if i < p.size:
+      vi = mu * v[i] + g[i]      # the new velocity ...
+      v[i] = vi                  # ... stored for the next step ...
+      p[i] -= lr * vi            # ... and the step along the NEW velocity""")
 def check_momentum_kernel(momentum_kernel, seed=0):
     """Exercise 5.2: v = mu*v + g; p -= lr*v (PyTorch's convention), several steps so v must be stored back."""
     rng = np.random.default_rng(seed + 1)
@@ -132,11 +149,18 @@ def check_momentum_kernel(momentum_kernel, seed=0):
             steps.append((g, (lr, mu), cur))
         cases.append(dict(name=f"n={n}, lr={lr:.3f}, mu={mu:.3f}, v {'= 0' if k == 0 else 'random'} at first",
                           grid=grid, block=block, names=("p", "v"), state=[p, v], steps=steps))
-    run_inplace_steps("Exercise 5.2", momentum_kernel, cases,
-                      hint="first the velocity, v[i] = mu * v[i] + g[i], stored back into v; then the step with "
-                           "the NEW velocity, p[i] = p[i] - lr * v[i]; guard i < p.size")
+    return run_inplace_steps("Exercise 5.2", momentum_kernel, cases,
+                             hint="look at the order (the velocity first, then the step with the new velocity), "
+                                  "at whether v is stored back for the next step, and at PyTorch's convention "
+                                  "(g is added to mu * v unscaled; lr multiplies the velocity)")
 
 
+@exercise("5.3", more="""\
+  i = cuda.grid(1)
+  if i < p.size:
+      m[i] = beta1 * m[i] + (1 - beta1) * g[i]          # both running averages stored back
+      v[i] = beta2 * v[i] + (1 - beta2) * g[i] * g[i]
+      p[i] -= lr * (m[i] / bc1) / (math.sqrt(v[i] / bc2) + eps)   # eps OUTSIDE the sqrt; float32 constants""")
 def check_adam_kernel(adam_kernel, seed=0):
     """Exercise 5.3: Adam with bias correction (PyTorch's convention), m and v stored back, several steps."""
     rng = np.random.default_rng(seed + 2)
@@ -162,7 +186,7 @@ def check_adam_kernel(adam_kernel, seed=0):
         cases.append(dict(name=f"n={n}, steps t={t0 + 1}..{t0 + STEPS}, lr={lr:.3f}, beta1={beta1:.3f}, "
                                f"beta2={beta2:.4f}", grid=grid, block=block, names=("p", "m", "v"),
                           state=[p, m, v], steps=steps))
-    run_inplace_steps("Exercise 5.3", adam_kernel, cases,
-                      hint="m[i] = beta1*m[i] + (1-beta1)*g; v[i] = beta2*v[i] + (1-beta2)*g*g (both stored "
-                           "back); then p[i] -= lr * (m/bc1) / (sqrt(v/bc2) + eps), eps OUTSIDE the sqrt, "
-                           "with the new m and v; guard i < p.size")
+    return run_inplace_steps("Exercise 5.3", adam_kernel, cases,
+                             hint="look at both running averages (each stored back, v of the SQUARED gradient), "
+                                  "at the bias corrections bc1 and bc2 (divide m and v by them), at where eps "
+                                  "goes (after the square root) and at the order: the step uses the new m and v")
