@@ -9,9 +9,9 @@ cd "$(dirname "$0")/.."
 OUT="${1:-notebooks/results/mine-h200.json}"
 export COURSE_DEVICE=gpu
 export COURSE_MINE_DIR="$(mktemp -d)/mine"
-python -c "from course import mine; mine.simulate_student()"
-python -m course train --mine --epochs 10 --hidden 128 --optimizer sgd --lr 0.1 --batch-size 64 --seed 0 --out "$OUT"
-python - "$OUT" <<'PY'
+python3 -c "from course import mine; mine.simulate_student()"
+python3 -m course train --mine --epochs 10 --hidden 128 --optimizer sgd --lr 0.1 --batch-size 64 --seed 0 --out "$OUT"
+python3 - "$OUT" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 theirs = sorted(k for k, v in r["mine"].items() if v == "yours")
