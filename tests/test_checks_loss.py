@@ -574,13 +574,13 @@ def test_shared_array_smaller_than_the_block_rejected():
 
 
 @pytest.mark.parametrize("old, new, says", [
-    ("sum_kernel[cdiv(n, THREADS), THREADS](x, out)", "sum_kernel[THREADS, cdiv(n, THREADS)](x, out)",
+    ("sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out)", "sum_kernel[THREADS, cdiv(n, THREADS), stream](x, out)",
      ["the grid comes first"]),
-    ("sum_kernel[cdiv(n, THREADS), THREADS](x, out)", "sum_kernel[1, n](x, out)",
+    ("sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out)", "sum_kernel[1, n, stream](x, out)",
      ["block size changes with n", "at most 1024"]),
-    ("zero_kernel[1, 1](out)", "out.copy_to_device(np.zeros(1, np.float32))", ["copied an array from the host"]),
-    ("zero_kernel[1, 1](out)", "out[:] = 0", ["copied values from the host"]),
-    ("div_kernel[1, 1](out, np.float32(n))", "out.copy_to_device(out.copy_to_host() / n)",
+    ("zero_kernel[1, 1, stream](out)", "out.copy_to_device(np.zeros(1, np.float32))", ["copied an array from the host"]),
+    ("zero_kernel[1, 1, stream](out)", "out[:] = 0", ["copied values from the host"]),
+    ("div_kernel[1, 1, stream](out, np.float32(n))", "out.copy_to_device(out.copy_to_host() / n)",
      ["copied an array to the host"]),
 ])
 def test_mean_launch_and_copies_rejected(old, new, says):
@@ -590,7 +590,7 @@ def test_mean_launch_and_copies_rejected(old, new, says):
 
 def test_mean_with_another_block_size_passes(capsys):
     from conftest import mutant
-    other = mutant(L.batch_mean, "sum_kernel[cdiv(n, THREADS), THREADS](x, out)", "sum_kernel[cdiv(n, 128), 128](x, out)")
+    other = mutant(L.batch_mean, "sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out)", "sum_kernel[cdiv(n, 128), 128, stream](x, out)")
     checks.check_batch_mean(other)
     assert "✓ Exercise 3.3 passed" in capsys.readouterr().out
 
