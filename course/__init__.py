@@ -5,9 +5,9 @@ from .device import setup as _setup
 
 SIMULATOR, WHY = _setup()
 if SIMULATOR:
-    from .device import harden_simulator as _harden
+    from .device import patch_simulator as _patch
 
-    _harden()
+    _patch()
     print(f"course: CUDA simulator ({WHY}); notebooks shrink their data. "
           "Set COURSE_DEVICE=gpu to insist on a GPU.", file=_sys.stderr)
 

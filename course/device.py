@@ -1,9 +1,21 @@
-"""Choose, once and before numba is imported, between a real CUDA GPU and numba's CUDA simulator."""
+"""Choose, once and before numba is imported, between a real CUDA GPU and numba's CUDA simulator.
+
+Every touch of numba's internals (the simulator's classes, the dispatcher's device query) lives in this file, below
+"numba internals", and each goes through `internals()`, which refuses a numba build it was not written for."""
+import contextlib
 import ctypes
+import importlib.metadata
 import os
 import sys
+import threading
 
 ENV = "COURSE_DEVICE"  # "gpu", "sim" or "auto" (default)
+
+# The builds of numba.cuda whose internals this file was written for and tested against: numba-cuda 0.30.4
+# (requirements.txt, where it has wheels: Linux and Windows) and numba-cuda 0.20.1, the newest release that
+# installs on macOS (a pure-Python wheel, simulator only). A new version: read numba_cuda/numba/cuda/simulator/
+# kernelapi.py and kernel.py for the names used below, run the simulator tests, then add it here.
+WRITTEN_FOR = {"numba-cuda": ("0.30.4", "0.20.1"), "numba": ("0.68.1",)}  # TEMP experiment
 
 
 def _gpu_count():
@@ -48,13 +60,33 @@ def setup():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
     # Low-occupancy warnings are noise for the small teaching launches; keep the others (host copies).
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
-    if "numba.cuda" in sys.modules:
-        from numba.cuda.core import config
-        if bool(config.ENABLE_CUDASIM) != simulator:
-            raise RuntimeError(
-                "numba.cuda was imported before course, in the other mode: "
-                "put `import course` first (restart the kernel), or set COURSE_DEVICE.")
+    if simulator and _no_cuda_bindings():
+        # numba-cuda 0.20.1 (macOS) refuses to import without NVIDIA's cuda-bindings, which have no macOS wheels;
+        # the simulator needs neither them nor a driver. 0 selects numba-cuda's own ctypes bindings.
+        os.environ.setdefault("NUMBA_CUDA_USE_NVIDIA_BINDING", "0")
+    if "numba.cuda" in sys.modules and simulator_enabled() != simulator:
+        raise RuntimeError(
+            "numba.cuda was imported before course, in the other mode: "
+            "put `import course` first (restart the kernel), or set COURSE_DEVICE.")
     return simulator, why
+
+
+def _no_cuda_bindings():
+    """True when NVIDIA's cuda-bindings package is not installed (as on macOS)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec("cuda.bindings") is None
+    except ModuleNotFoundError:  # no `cuda` namespace package at all
+        return True
+
+
+def simulator_enabled():
+    """What numba.cuda itself was configured with: True for the simulator."""
+    try:
+        from numba.cuda.core import config
+    except ImportError:
+        from numba.core import config
+    return bool(config.ENABLE_CUDASIM)
 
 
 def describe(simulator):
@@ -77,35 +109,163 @@ def info_line(d):
             f"{d['sms']} SMs, {d['memory_gib']} GiB)")
 
 
-def harden_simulator():
-    """Make the simulator's shared-array allocation thread-safe (called once, in simulator mode).
+# --- numba internals: everything below reaches into numba-cuda's private modules ------------------------
 
-    numba's simulator runs each GPU thread as a Python thread and creates a shared array the first time one of
-    them reaches its line, without a lock: inside a Jupyter kernel two threads of a block sometimes both create
-    it and then work on separate copies, so a correct kernel fails now and then. Same lookup, under a lock."""
-    import sys
-    import threading
+def cuda_build():
+    """(distribution, version) that provides `numba.cuda`: ("numba-cuda", "0.30.4"), or ("numba", ...) for the
+    deprecated copy inside numba itself (what a Mac gets without numba-cuda)."""
+    import numba.cuda
+    if "numba_cuda" in numba.cuda.__file__.replace(os.sep, "/").split("/"):
+        return "numba-cuda", importlib.metadata.version("numba-cuda")
+    import numba
+    return "numba", numba.__version__
 
-    from numba.cuda import types
-    from numba.cuda.np import numpy_support
-    from numba.cuda.simulator import kernelapi
-    original = kernelapi.FakeCUDAShared.array
-    if getattr(original, "_course_locked", False):
+
+def internals():
+    """The simulator's modules (kernelapi, kernel) after checking that this numba.cuda is one WRITTEN_FOR.
+
+    Raises RuntimeError naming the versions this file was written for, instead of patching code it has not read."""
+    dist, version = cuda_build()
+    if version not in WRITTEN_FOR.get(dist, ()):
+        known = ", ".join(f"{d} {v}" for d, vs in WRITTEN_FOR.items() for v in vs)
+        raise RuntimeError(
+            f"course/device.py patches numba's CUDA simulator and was written for {known}; this is {dist} "
+            f"{version}. Install the versions in requirements.txt (pip install -r requirements.txt), or check "
+            f"the patches in course/device.py against this version and add it to WRITTEN_FOR.")
+    from numba.cuda.simulator import kernel, kernelapi
+    return kernelapi, kernel
+
+
+# What the patched allocations and atomics report to while `instruments()` is active (None: behave as upstream).
+_instrument = None
+
+
+def patch_simulator():
+    """Patch numba-cuda's simulator once (called by `import course` in simulator mode); idempotent.
+
+    1. Shared arrays under a lock. `FakeCUDAShared.array` (numba_cuda/numba/cuda/simulator/kernelapi.py) looks
+       the array up by the calling source line in `self._allocations` and creates it when missing, without a
+       lock; each GPU thread is a Python thread, and inside a Jupyter kernel two threads of a block sometimes both
+       create it and then work on separate copies, so a correct kernel fails now and then. Same key, same lookup,
+       under a lock. (Its docstring states the other limit: one `cuda.shared.array` per source line.)
+    2. Device functions in another module than their kernel. Before numba-cuda 0.30 (0.20.1, the macOS build),
+       `swapped_cuda_module` swaps `cuda` in that module's globals per thread without a lock or a count, so one
+       thread can restore the real module while another still runs ("module 'numba.cuda' has no attribute
+       'local'"): https://github.com/NVIDIA/numba-cuda/pull/690 fixed it upstream; this installs the same fix
+       (a per-module lock and a reference count) where it is missing.
+    3. Hooks for `instruments()`: new shared and local arrays can be filled, atomic adds observed."""
+    K, kernel = internals()
+    if getattr(K.FakeCUDAShared.array, "_course", False):
         return
+    import numpy as np
+    upstream = (K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add)
     lock = threading.Lock()
 
-    def array(self, shape, dtype, alignment=None):
+    def shared_array(self, shape, dtype, alignment=None):
         if shape == 0 or alignment is not None:  # dynamic shared memory, alignment: the simulator's own path
-            return original(self, shape, dtype, alignment)
+            return upstream[0](self, shape, dtype, *(() if alignment is None else (alignment,)))
         caller = sys._getframe(1)
         key = (caller.f_code.co_filename, caller.f_lineno)  # the simulator's own key: the line that asks
         with lock:
             a = self._allocations.get(key)
             if a is None:
-                dt = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
-                import numpy as np
+                dt = K.numpy_support.as_dtype(dtype) if isinstance(dtype, K.types.Type) else dtype
                 a = self._allocations[key] = np.empty(shape, dt)
+                if _instrument is not None:
+                    _instrument.fill(a)
         return a
 
-    array._course_locked = True
-    kernelapi.FakeCUDAShared.array = array
+    def local_array(self, shape, dtype, *alignment):
+        a = upstream[1](self, shape, dtype, *alignment)
+        if _instrument is not None:
+            _instrument.fill(a)
+        return a
+
+    def atomic_add(self, array, index, val):
+        if _instrument is not None:
+            _instrument.atomic_add(index)
+        return upstream[2](self, array, index, val)
+
+    for f in (shared_array, local_array, atomic_add):
+        f._course = True
+    K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = shared_array, local_array, atomic_add
+    if not hasattr(K, "_swap_refcount"):  # numba-cuda < 0.30: no fix for the swap race (item 2)
+        kernel.swapped_cuda_module = K.swapped_cuda_module = _counted_swap
+
+
+_swap_lock = threading.Lock()
+_swaps = {}  # id(module globals) -> [threads inside, {name: real cuda module}]
+
+
+@contextlib.contextmanager
+def _counted_swap(fn, fake_cuda_module):
+    """numba-cuda 0.30's swapped_cuda_module: the first thread in swaps `cuda` for the fake, the last one out
+    restores it (https://github.com/NVIDIA/numba-cuda/pull/690)."""
+    from numba import cuda
+    g = fn.__globals__
+    with _swap_lock:
+        entry = _swaps.setdefault(id(g), [0, {}])
+        if entry[0] == 0:
+            entry[1] = {k: v for k, v in g.items() if v is cuda}
+            g.update(dict.fromkeys(entry[1], fake_cuda_module))
+        entry[0] += 1
+    try:
+        yield
+    finally:
+        with _swap_lock:
+            entry[0] -= 1
+            if entry[0] == 0:
+                g.update(_swaps.pop(id(g))[1])
+
+
+@contextlib.contextmanager
+def instruments(fill, atomic_add):
+    """While active (simulator only): `fill(a)` gets every new shared and local array, `atomic_add(index)` every
+    `cuda.atomic.add`. The patches stay installed; outside this block they behave as the simulator's own code."""
+    global _instrument
+    patch_simulator()
+    if _instrument is not None:
+        raise RuntimeError("simulator instruments are already active")
+    _instrument = type("Instrument", (), {})()
+    _instrument.fill, _instrument.atomic_add = fill, atomic_add
+    try:
+        yield
+    finally:
+        _instrument = None
+
+
+def settle_simulator(kernel, timeout=30.0):
+    """After a simulated kernel raised: wait for its aborted threads, then make sure `cuda` is real again.
+
+    The simulator swaps `cuda` in the kernel's module globals while threads run and does not wait for the
+    other threads of a failing block; until they unwind, `@cuda.jit` in that module (a notebook!) would fail."""
+    import time
+    K, simkernel = internals()
+    deadline = time.monotonic() + timeout
+    for t in threading.enumerate():
+        if isinstance(t, simkernel.BlockThread):
+            t.join(max(0.0, deadline - time.monotonic()))
+    real = sys.modules["numba.cuda"]
+    g = getattr(kernel, "py_func", kernel).__globals__
+    for k, v in list(g.items()):
+        if isinstance(v, K.FakeCUDAModule):
+            g[k] = real
+
+
+@contextlib.contextmanager
+def pretend_device(compute_capability):
+    """Compile without a GPU: numba-cuda's dispatcher asks the current device for its compute capability
+    (`numba.cuda.dispatcher.get_current_device`, for device functions); answer `compute_capability` meanwhile."""
+    internals()
+    import numba.cuda.dispatcher as dispatcher
+
+    class NoDevice:
+        pass
+
+    NoDevice.compute_capability = compute_capability
+    real = dispatcher.get_current_device
+    dispatcher.get_current_device = NoDevice
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = real

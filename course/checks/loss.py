@@ -8,8 +8,6 @@ into NaN, and it counts the atomic adds (one per block). On a GPU, where it cann
 kernel's code for an atomic and adds a case with thousands of blocks, where a race shows in the total."""
 import contextlib
 import io
-import sys
-import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -131,37 +129,9 @@ def simulator_instruments():
     if not course.SIMULATOR:
         yield stats
         return
-    from numba.cuda.simulator import kernelapi  # simulator internals: keep the patch small and undo it
-    from numba.cuda import types
-    from numba.cuda.np import numpy_support
-    K = kernelapi
-    real = (K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add)
-    lock = threading.Lock()
-
-    def shared_array(self, shape, dtype, alignment=None):
-        if shape == 0 or alignment is not None:  # dynamic shared memory, alignment: the simulator's own path
-            return real[0](self, shape, dtype, alignment)
-        caller = sys._getframe(1)
-        key = (caller.f_code.co_filename, caller.f_lineno)  # the simulator's key: the line that asks
-        with lock:
-            a = self._allocations.get(key)
-            if a is None:
-                dt = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
-                a = self._allocations[key] = _poison(np.empty(shape, dt))
-        return a
-
-    def local_array(self, shape, dtype, alignment=None):
-        return _poison(real[1](self, shape, dtype, alignment))
-
-    def add(self, array, index, val):
-        stats.atomic_adds.append(index)  # list.append is atomic under the GIL
-        return real[2](self, array, index, val)
-
-    K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = shared_array, local_array, add
-    try:
+    from course.device import instruments  # the simulator's internals are patched there, and only there
+    with instruments(fill=_poison, atomic_add=stats.atomic_adds.append):  # list.append is atomic under the GIL
         yield stats
-    finally:
-        K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = real
 
 
 def _names(code):
