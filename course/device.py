@@ -12,10 +12,14 @@ import threading
 ENV = "COURSE_DEVICE"  # "gpu", "sim" or "auto" (default)
 
 # The builds of numba.cuda whose internals this file was written for and tested against: numba-cuda 0.30.4
-# (requirements.txt, where it has wheels: Linux and Windows) and numba-cuda 0.20.1, the newest release that
-# installs on macOS (a pure-Python wheel, simulator only). A new version: read numba_cuda/numba/cuda/simulator/
-# kernelapi.py and kernel.py for the names used below, run the simulator tests, then add it here.
-WRITTEN_FOR = {"numba-cuda": ("0.30.4", "0.20.1"), "numba": ("0.68.1",)}  # TEMP experiment
+# (requirements.txt on Linux and Windows) and numba-cuda 0.20.1, the newest release that installs on macOS (a
+# pure-Python wheel). A new version: read numba_cuda/numba/cuda/simulator/kernelapi.py and kernel.py for the
+# names used below, run the simulator tests, then add it here.
+WRITTEN_FOR = {"numba-cuda": ("0.30.4", "0.20.1")}
+# Builds that have only the simulator: macOS has no CUDA, and 0.20.1's compiler does not import with the numba
+# (>= 0.62) that macOS gets ("cannot import name 'removerefctpass' from 'numba.core'").
+SIMULATOR_ONLY = {"0.20.1": "numba-cuda 0.20.1 (the macOS build) has only the simulator: macOS has no CUDA, "
+                            "and its compiler does not work with the numba it is installed with"}
 
 
 def _gpu_count():
@@ -60,6 +64,9 @@ def setup():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
     # Low-occupancy warnings are noise for the small teaching launches; keep the others (host copies).
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+    only = simulator_only()
+    if only and not simulator:
+        raise RuntimeError(f"{ENV}=gpu, but {only}. Use the simulator (unset {ENV}).")
     if simulator and _no_cuda_bindings():
         # numba-cuda 0.20.1 (macOS) refuses to import without NVIDIA's cuda-bindings, which have no macOS wheels;
         # the simulator needs neither them nor a driver. 0 selects numba-cuda's own ctypes bindings.
@@ -69,6 +76,14 @@ def setup():
             "numba.cuda was imported before course, in the other mode: "
             "put `import course` first (restart the kernel), or set COURSE_DEVICE.")
     return simulator, why
+
+
+def simulator_only():
+    """Why this numba-cuda cannot run or compile kernels for a GPU (a sentence), or None when it can."""
+    try:
+        return SIMULATOR_ONLY.get(importlib.metadata.version("numba-cuda"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _no_cuda_bindings():
@@ -82,10 +97,7 @@ def _no_cuda_bindings():
 
 def simulator_enabled():
     """What numba.cuda itself was configured with: True for the simulator."""
-    try:
-        from numba.cuda.core import config
-    except ImportError:
-        from numba.core import config
+    from numba.cuda.core import config
     return bool(config.ENABLE_CUDASIM)
 
 
