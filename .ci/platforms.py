@@ -17,16 +17,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MAC = {"macOS arm64": "aarch64-apple-darwin", "macOS x86_64": "x86_64-apple-darwin"}
 OTHERS = {"Windows": "x86_64-pc-windows-msvc", "Linux aarch64": "aarch64-unknown-linux-gnu"}
-PYTHONS = ["3.10", "3.12", "%d.%d" % sys.version_info[:2]]  # oldest supported, the issue's, this CI's
+HERE = "%d.%d" % sys.version_info[:2]  # the Mac sets are resolved for this Python, and installed here
+PYTHONS = sorted({"3.10", "3.12", HERE}, key=lambda v: tuple(map(int, v.split("."))))  # oldest supported, common
 NUMBA = ["numba", "numba-cuda", "llvmlite", "numpy"]  # what makes the Mac's simulator: taken as resolved for it
 TOOLS = ["pytest", "nbval", "ipykernel", "nbformat", "nbclient", "matplotlib", "tqdm"]  # to run its tests
-# The simulator tests run on each Mac set, chosen by file (the test files change; their names do not). arm64 (most
-# Macs): the exercise checks' planted-answer tests (with the simulator instruments), the device patches, the
-# scale/gather kernel tests, and notebooks 01 and 06. x86_64 (an older numba): the device patches and kernels.
-TESTS = {"macOS arm64": ["tests/test_device.py", "tests/test_kernels.py", "tests/test_checks*.py",
-                         "notebooks/01_data.ipynb", "notebooks/06_train.ipynb"],
-         "macOS x86_64": ["tests/test_device.py", "tests/test_kernels.py"]}
-
+# The simulator tests run on each Mac set, chosen by file (the test files change; their names do not), as three
+# pytest runs, two at a time (the simulator keeps one core busy). arm64 (most Macs): the exercise checks'
+# planted-answer tests (with the simulator instruments); the device patches, the scale/gather kernel tests and
+# notebooks 01 and 06. x86_64 (an older numba): the device patches and kernels.
+RUNS = [("macOS arm64", ["tests/test_checks*.py"]),
+        ("macOS arm64", ["tests/test_device.py", "tests/test_kernels.py",
+                         "notebooks/01_data.ipynb", "notebooks/06_train.ipynb"]),
+        ("macOS x86_64", ["tests/test_device.py", "tests/test_kernels.py"])]
 
 def sh(*cmd, **kw):
     """Run a command from the repository root, echoing it; fail CI when it fails."""
@@ -80,23 +82,36 @@ def cmd_resolve(tmp):
 
 
 def cmd_mac(tmp):
-    python = PYTHONS[-1]
-    for name, target in MAC.items():
-        t0 = time.monotonic()
-        pins = resolve(tmp, target, python)
+    python = {}
+    for name, target in MAC.items():  # a venv with the Mac's numba, numba-cuda, llvmlite, numpy (and test tools)
+        pins = resolve(tmp, target, HERE)
         venv = tmp / target
-        sh(sys.executable, "-m", "venv", venv)
-        sh(venv / "bin" / "pip", "install", "-q", *(f"{p}=={pins[p]}" for p in NUMBA + TOOLS))
-        sh(venv / "bin" / "pip", "install", "-q", "--no-deps", "-e", ".")
-        got = subprocess.run([venv / "bin" / "python", "-c", "import course.device as d; print(*d.cuda_build())"],
+        sh(uv(tmp), "venv", "-q", "--python", sys.executable, "--no-python-downloads", venv)
+        python[name] = venv / "bin" / "python"
+        sh(uv(tmp), "pip", "install", "-q", "--python", python[name], *(f"{p}=={pins[p]}" for p in NUMBA + TOOLS),
+           "-e", ".")
+        got = subprocess.run([python[name], "-c", "import course.device as d; print(*d.cuda_build())"],
                              cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
         assert got == ["numba-cuda", pins["numba-cuda"]], f"{name}: the venv has {got}"
-        env = {k: v for k, v in os.environ.items() if k not in ("COURSE_DEVICE", "NUMBA_ENABLE_CUDASIM")}
-        files = [str(f.relative_to(ROOT)) for pattern in TESTS[name] for f in sorted(ROOT.glob(pattern))]
-        sh(venv / "bin" / "python", "-m", "pytest", "-q", *files, env=env)
-        print(f"{name}: {', '.join(f'{p} {pins[p]}' for p in NUMBA)}: {time.monotonic() - t0:.0f} s", flush=True)
-    return 0
-
+        print(f"{name}: {', '.join(f'{p} {pins[p]}' for p in NUMBA)}", flush=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("COURSE_DEVICE", "NUMBA_ENABLE_CUDASIM", "PYTHONPATH")}
+    queue, running, failed = list(enumerate(RUNS)), [], 0
+    while queue or running:
+        while queue and len(running) < 2:
+            i, (name, patterns) = queue.pop(0)
+            files = [str(f.relative_to(ROOT)) for p in patterns for f in sorted(ROOT.glob(p))]
+            log = open(tmp / f"run{i}.log", "w+")
+            cmd = [python[name], "-m", "pytest", "-q", *files]
+            running.append((name, cmd, log, time.monotonic(),
+                            subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)))
+        time.sleep(1)
+        for r in [r for r in running if r[-1].poll() is not None]:
+            running.remove(r)
+            name, cmd, log, t0, proc = r
+            log.seek(0)
+            print(f"+ {' '.join(map(str, cmd))}  # {name}, {time.monotonic() - t0:.0f} s\n{log.read()}", flush=True)
+            failed += proc.returncode != 0
+    return 1 if failed else 0
 
 def main():
     what = sys.argv[1:] or ["resolve", "mac"]
