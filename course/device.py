@@ -121,6 +121,16 @@ def info_line(d):
             f"{d['sms']} SMs, {d['memory_gib']} GiB)")
 
 
+def performance_warning():
+    """numba-cuda's NumbaPerformanceWarning class, for warnings filters: `numba.cuda.core.errors` in 0.30, but
+    `numba.core.errors` in 0.20.1 (macOS), where importing the former fails."""
+    try:
+        from numba.cuda.core.errors import NumbaPerformanceWarning
+    except ImportError:
+        from numba.core.errors import NumbaPerformanceWarning
+    return NumbaPerformanceWarning
+
+
 # --- numba internals: everything below reaches into numba-cuda's private modules ------------------------
 
 def cuda_build():

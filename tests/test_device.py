@@ -54,6 +54,11 @@ def test_pick():
     assert course.pick(gpu=1, sim=2) == (2 if course.SIMULATOR else 1)
 
 
+def test_performance_warning_imports_on_every_build():  # numba.cuda.core.errors does not exist on macOS's 0.20.1
+    cls = device.performance_warning()
+    assert issubclass(cls, Warning) and cls.__name__ == "NumbaPerformanceWarning"
+
+
 # --- numba internals (course/device.py): version-checked, patched once ---------------------------------------
 
 sim_only = pytest.mark.skipif(not course.SIMULATOR, reason="patches numba's CUDA simulator")
