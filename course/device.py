@@ -8,6 +8,7 @@ import importlib.metadata
 import os
 import sys
 import threading
+from types import SimpleNamespace
 
 ENV = "COURSE_DEVICE"  # "gpu", "sim" or "auto" (default)
 
@@ -174,7 +175,8 @@ def patch_simulator():
        `swapped_cuda_module` swaps `cuda` in that module's globals per thread without a lock or a count, so one
        thread can restore the real module while another still runs ("module 'numba.cuda' has no attribute
        'local'"): https://github.com/NVIDIA/numba-cuda/pull/690 fixed it upstream; this installs the same fix
-       (a per-module lock and a reference count) where it is missing.
+       (a count per module under a lock: the first thread in swaps, the last one out restores) where it is
+       missing.
     3. Hooks for `instruments()`: new shared and local arrays can be filled, atomic adds observed."""
     K, kernel = internals()
     if getattr(K.FakeCUDAShared.array, "_course", False):
@@ -248,8 +250,7 @@ def instruments(fill, atomic_add):
     patch_simulator()
     if _instrument is not None:
         raise RuntimeError("simulator instruments are already active")
-    _instrument = type("Instrument", (), {})()
-    _instrument.fill, _instrument.atomic_add = fill, atomic_add
+    _instrument = SimpleNamespace(fill=fill, atomic_add=atomic_add)
     try:
         yield
     finally:
