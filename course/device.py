@@ -177,12 +177,13 @@ def patch_simulator():
        'local'"): https://github.com/NVIDIA/numba-cuda/pull/690 fixed it upstream; this installs the same fix
        (a count per module under a lock: the first thread in swaps, the last one out restores) where it is
        missing.
-    3. Hooks for `instruments()`: new shared and local arrays can be filled, atomic adds observed."""
+    3. Hooks for `instruments()`: new shared and local arrays can be filled and reported, atomic adds and
+       barriers (`cuda.syncthreads()`) observed."""
     K, kernel = internals()
     if getattr(K.FakeCUDAShared.array, "_course", False):
         return
     import numpy as np
-    upstream = (K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add)
+    upstream = (K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add, K.FakeCUDAModule.syncthreads)
     lock = threading.Lock()
 
     def shared_array(self, shape, dtype, alignment=None):
@@ -197,6 +198,7 @@ def patch_simulator():
                 a = self._allocations[key] = np.empty(shape, dt)
                 if _instrument is not None:
                     _instrument.fill(a)
+                    _instrument.shared(a, caller.f_lineno)
         return a
 
     def local_array(self, shape, dtype, *alignment):
@@ -210,9 +212,16 @@ def patch_simulator():
             _instrument.atomic_add(index)
         return upstream[2](self, array, index, val)
 
-    for f in (shared_array, local_array, atomic_add):
+    def syncthreads(self):
+        if _instrument is not None:
+            t = threading.current_thread()  # a simulator BlockThread: it knows its block and thread
+            _instrument.barrier(tuple(t.blockIdx), tuple(t.threadIdx), sys._getframe(1).f_lineno)
+        return upstream[3](self)
+
+    for f in (shared_array, local_array, atomic_add, syncthreads):
         f._course = True
     K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = shared_array, local_array, atomic_add
+    K.FakeCUDAModule.syncthreads = syncthreads
     if not hasattr(K, "_swap_refcount"):  # numba-cuda < 0.30: no fix for the swap race (item 2)
         kernel.swapped_cuda_module = K.swapped_cuda_module = _counted_swap
 
@@ -242,19 +251,31 @@ def _counted_swap(fn, fake_cuda_module):
                 g.update(_swaps.pop(id(g))[1])
 
 
+def _ignore(*args):
+    pass
+
+
 @contextlib.contextmanager
-def instruments(fill, atomic_add):
-    """While active (simulator only): `fill(a)` gets every new shared and local array, `atomic_add(index)` every
-    `cuda.atomic.add`. The patches stay installed; outside this block they behave as the simulator's own code."""
+def instruments(fill=_ignore, atomic_add=_ignore, shared=_ignore, barrier=_ignore):
+    """While active (simulator only): `fill(a)` gets every new shared and local array, `shared(a, line)` every
+    new shared array with its source line, `atomic_add(index)` every `cuda.atomic.add`, `barrier(blockIdx,
+    threadIdx, line)` every `cuda.syncthreads()`. The patches stay installed; outside this block they behave as
+    the simulator's own code."""
     global _instrument
     patch_simulator()
     if _instrument is not None:
         raise RuntimeError("simulator instruments are already active")
-    _instrument = SimpleNamespace(fill=fill, atomic_add=atomic_add)
+    _instrument = SimpleNamespace(fill=fill, atomic_add=atomic_add, shared=shared, barrier=barrier)
     try:
         yield
     finally:
         _instrument = None
+
+
+def in_kernel_thread():
+    """True inside a simulated GPU thread (the simulator's BlockThread), False in ordinary Python code."""
+    _, simkernel = internals()
+    return isinstance(threading.current_thread(), simkernel.BlockThread)
 
 
 def settle_simulator(kernel, timeout=30.0):

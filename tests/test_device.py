@@ -109,20 +109,54 @@ def test_threads_asking_for_one_shared_array_get_the_same_one(monkeypatch):
     assert len(got) == 32 and len({id(a) for a in got}) == 1
 
 
+@cuda.jit
+def block_sum(x, total):  # a small tree sum: one shared array, barriers, one atomic add per block
+    s = cuda.shared.array(16, float32)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    s[t] = x[i] if i < x.shape[0] else float32(0)
+    cuda.syncthreads()
+    step = 16
+    while step > 1:
+        step //= 2
+        if t < step:
+            s[t] += s[t + step]
+        cuda.syncthreads()
+    if t == 0:
+        cuda.atomic.add(total, 0, s[0])
+
+
 @sim_only
-def test_instruments_fill_new_arrays_and_count_atomic_adds_only_while_active():
-    from course.loss import sum_kernel
-    seen = []
+def test_instruments_report_arrays_atomics_and_barriers_only_while_active():
+    adds, shared, barriers = [], [], []
 
     def run():
         total = cuda.to_device(np.zeros(1, np.float32))
-        sum_kernel[3, 16](cuda.to_device(np.ones(40, np.float32)), total)
+        block_sum[3, 16](cuda.to_device(np.ones(40, np.float32)), total)
         return total.copy_to_host()[0]
 
-    with device.instruments(fill=lambda a: a.fill(np.nan), atomic_add=seen.append):
+    with device.instruments(fill=lambda a: a.fill(np.nan), atomic_add=adds.append,
+                            shared=lambda a, line: shared.append((a.size, line)),
+                            barrier=lambda b, t, line: barriers.append((b, t, line))):
         assert run() == 40  # the kernel writes every shared cell before reading it: NaN fill changes nothing
-    assert len(seen) == 3  # one atomic add per block
-    assert run() == 40 and len(seen) == 3  # afterwards: nothing observed
+        assert not device.in_kernel_thread()
+    assert len(adds) == 3  # one atomic add per block
+    assert [size for size, _ in shared] == [16]  # one 16-cell array, which the simulator reuses for each block
+    assert {b for b, _, _ in barriers} == {(0, 0, 0), (1, 0, 0), (2, 0, 0)}
+    assert len(barriers) == 3 * 16 * 5  # every thread: after the load and after each of 4 tree steps
+    seen = (len(adds), len(shared), len(barriers))
+    assert run() == 40 and (len(adds), len(shared), len(barriers)) == seen  # afterwards: nothing observed
+
+
+@sim_only
+def test_in_kernel_thread_is_true_only_in_a_simulated_thread():
+    @cuda.jit
+    def where(out):
+        out[0] = device.in_kernel_thread()
+
+    out = cuda.to_device(np.zeros(1, np.int32))
+    where[1, 1](out)
+    assert out.copy_to_host()[0] == 1 and not device.in_kernel_thread()
 
 
 @sim_only
