@@ -290,7 +290,7 @@ def settle_simulator(kernel, timeout=30.0):
         if isinstance(t, simkernel.BlockThread):
             t.join(max(0.0, deadline - time.monotonic()))
     real = sys.modules["numba.cuda"]
-    g = getattr(kernel, "py_func", kernel).__globals__
+    g = getattr(getattr(kernel, "py_func", kernel), "__globals__", None) or {}  # a launcher may be any callable
     for k, v in list(g.items()):
         if isinstance(v, K.FakeCUDAModule):
             g[k] = real
