@@ -15,9 +15,9 @@ except ValueError as _e:  # COURSE_DEVICE is not gpu, sim or auto
         raise
     SIMULATOR, WHY, DEVICE_ERROR = None, None, str(_e)
 if SIMULATOR:
-    from .device import harden_simulator as _harden
+    from .device import patch_simulator as _patch
 
-    _harden()
+    _patch()
 
 
 def banner():

@@ -42,12 +42,13 @@ def main():
         print("run with COURSE_DEVICE=gpu: the simulator cannot compile", file=sys.stderr)
         return 2
     from numba import cuda, types  # noqa: F401 (types gives eval its names)
-    import numba.cuda.dispatcher as dispatcher
+    from course.device import pretend_device
+    with pretend_device(CC):  # device functions ask the current device for its compute capability
+        return compile_all(cuda, types)
 
-    class _NoDevice:  # device functions ask the current device for its compute capability: answer for it
-        compute_capability = CC
 
-    dispatcher.get_current_device = _NoDevice
+def compile_all(cuda, types):
+    """Compile every kernel for each signature in SIGNATURES; print a line each; return 1 if any failed."""
     names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
     failed = 0
     for key, sigs in all_signatures().items():

@@ -1,9 +1,26 @@
-"""Choose, once and before numba is imported, between a real CUDA GPU and numba's CUDA simulator."""
+"""Choose, once and before numba is imported, between a real CUDA GPU and numba's CUDA simulator.
+
+Every touch of numba's internals (the simulator's classes, the dispatcher's device query) lives in this file, below
+"numba internals", and each goes through `internals()`, which refuses a numba build it was not written for."""
+import contextlib
 import ctypes
+import importlib.metadata
 import os
 import sys
+import threading
+from types import SimpleNamespace
 
 ENV = "COURSE_DEVICE"  # "gpu", "sim" or "auto" (default)
+
+# The builds of numba.cuda whose internals this file was written for and tested against: numba-cuda 0.30.4
+# (requirements.txt on Linux and Windows) and numba-cuda 0.20.1, the newest release that installs on macOS (a
+# pure-Python wheel). A new version: read numba_cuda/numba/cuda/simulator/kernelapi.py and kernel.py for the
+# names used below, run the simulator tests, then add it here.
+WRITTEN_FOR = {"numba-cuda": ("0.30.4", "0.20.1")}
+# Builds that have only the simulator: macOS has no CUDA, and 0.20.1's compiler does not import with the numba
+# (>= 0.62) that macOS gets ("cannot import name 'removerefctpass' from 'numba.core'").
+SIMULATOR_ONLY = {"0.20.1": "numba-cuda 0.20.1 (the macOS build) has only the simulator: macOS has no CUDA, "
+                            "and its compiler does not work with the numba it is installed with"}
 
 
 def _gpu_count():
@@ -48,6 +65,13 @@ def setup():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
     # Low-occupancy warnings are noise for the small teaching launches; keep the others (host copies).
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+    only = simulator_only()
+    if only and not simulator:
+        raise RuntimeError(f"{ENV}=gpu, but {only}. Use the simulator (unset {ENV}).")
+    if simulator and _no_cuda_bindings():
+        # numba-cuda 0.20.1 (macOS) refuses to import without NVIDIA's cuda-bindings, which have no macOS wheels;
+        # the simulator needs neither them nor a driver. 0 selects numba-cuda's own ctypes bindings.
+        os.environ.setdefault("NUMBA_CUDA_USE_NVIDIA_BINDING", "0")
     _match_numba_config(simulator)
     return simulator, why
 
@@ -59,14 +83,40 @@ def _match_numba_config(simulator):
     `import numba.cuda` in the other mode it is too late: RuntimeError, saying what to do."""
     if "numba.core.config" not in sys.modules:
         return
-    from numba.core import config  # numba.cuda.core.config is this same module
-    if bool(config.ENABLE_CUDASIM) != simulator and "numba.cuda" not in sys.modules:
-        config.reload_config()
-    if bool(config.ENABLE_CUDASIM) != simulator:
-        first = "numba.cuda" if "numba.cuda" in sys.modules else "numba"
+    from numba.core import config
+    if "numba.cuda" not in sys.modules:
+        if bool(config.ENABLE_CUDASIM) != simulator:
+            config.reload_config()
+        enabled, first = bool(config.ENABLE_CUDASIM), "numba"
+    else:  # numba-cuda 0.30.4 reads numba.cuda.core.config, 0.20.1 numba.core.config: ask numba.cuda itself
+        enabled, first = simulator_enabled(), "numba.cuda"
+    if enabled != simulator:
         raise RuntimeError(
-            f"{first} was imported before course, in the other mode (NUMBA_ENABLE_CUDASIM="
-            f"{int(config.ENABLE_CUDASIM)}): put `import course` first (restart the kernel), or set COURSE_DEVICE.")
+            f"{first} was imported before course, in the other mode (NUMBA_ENABLE_CUDASIM={int(enabled)}): "
+            "put `import course` first (restart the kernel), or set COURSE_DEVICE.")
+
+
+def simulator_only():
+    """Why this numba-cuda cannot run or compile kernels for a GPU (a sentence), or None when it can."""
+    try:
+        return SIMULATOR_ONLY.get(importlib.metadata.version("numba-cuda"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _no_cuda_bindings():
+    """True when NVIDIA's cuda-bindings package is not installed (as on macOS)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec("cuda.bindings") is None
+    except ModuleNotFoundError:  # no `cuda` namespace package at all
+        return True
+
+
+def simulator_enabled():
+    """What numba.cuda itself was configured with: True for the simulator."""
+    from numba.cuda.core import config
+    return bool(config.ENABLE_CUDASIM)
 
 
 def describe(simulator):
@@ -89,35 +139,194 @@ def info_line(d):
             f"{d['sms']} SMs, {d['memory_gib']} GiB)")
 
 
-def harden_simulator():
-    """Make the simulator's shared-array allocation thread-safe (called once, in simulator mode).
+def performance_warning():
+    """numba-cuda's NumbaPerformanceWarning class, for warnings filters: `numba.cuda.core.errors` in 0.30, but
+    `numba.core.errors` in 0.20.1 (macOS), where importing the former fails."""
+    try:
+        from numba.cuda.core.errors import NumbaPerformanceWarning
+    except ImportError:
+        from numba.core.errors import NumbaPerformanceWarning
+    return NumbaPerformanceWarning
 
-    numba's simulator runs each GPU thread as a Python thread and creates a shared array the first time one of
-    them reaches its line, without a lock: inside a Jupyter kernel two threads of a block sometimes both create
-    it and then work on separate copies, so a correct kernel fails now and then. Same lookup, under a lock."""
-    import sys
-    import threading
 
-    from numba.cuda import types
-    from numba.cuda.np import numpy_support
-    from numba.cuda.simulator import kernelapi
-    original = kernelapi.FakeCUDAShared.array
-    if getattr(original, "_course_locked", False):
+# --- numba internals: everything below reaches into numba-cuda's private modules ------------------------
+
+def cuda_build():
+    """(distribution, version) that provides `numba.cuda`: ("numba-cuda", "0.30.4"), or ("numba", ...) for the
+    deprecated copy inside numba itself (what a Mac gets without numba-cuda)."""
+    import numba.cuda
+    if "numba_cuda" in numba.cuda.__file__.replace(os.sep, "/").split("/"):
+        return "numba-cuda", importlib.metadata.version("numba-cuda")
+    import numba
+    return "numba", numba.__version__
+
+
+def internals():
+    """The simulator's modules (kernelapi, kernel) after checking that this numba.cuda is one WRITTEN_FOR.
+
+    Raises RuntimeError naming the versions this file was written for, instead of patching code it has not read."""
+    dist, version = cuda_build()
+    if version not in WRITTEN_FOR.get(dist, ()):
+        known = ", ".join(f"{d} {v}" for d, vs in WRITTEN_FOR.items() for v in vs)
+        raise RuntimeError(
+            f"course/device.py patches numba's CUDA simulator and was written for {known}; this is {dist} "
+            f"{version}. Install the versions in requirements.txt (pip install -r requirements.txt), or check "
+            f"the patches in course/device.py against this version and add it to WRITTEN_FOR.")
+    from numba.cuda.simulator import kernel, kernelapi
+    return kernelapi, kernel
+
+
+# What the patched allocations and atomics report to while `instruments()` is active (None: behave as upstream).
+_instrument = None
+
+
+def patch_simulator():
+    """Patch numba-cuda's simulator once (called by `import course` in simulator mode); idempotent.
+
+    1. Shared arrays under a lock. `FakeCUDAShared.array` (numba_cuda/numba/cuda/simulator/kernelapi.py) looks
+       the array up by the calling source line in `self._allocations` and creates it when missing, without a
+       lock; each GPU thread is a Python thread, and inside a Jupyter kernel two threads of a block sometimes both
+       create it and then work on separate copies, so a correct kernel fails now and then. Same key, same lookup,
+       under a lock. (Its docstring states the other limit: one `cuda.shared.array` per source line.)
+    2. Device functions in another module than their kernel. Before numba-cuda 0.30 (0.20.1, the macOS build),
+       `swapped_cuda_module` swaps `cuda` in that module's globals per thread without a lock or a count, so one
+       thread can restore the real module while another still runs ("module 'numba.cuda' has no attribute
+       'local'"): https://github.com/NVIDIA/numba-cuda/pull/690 fixed it upstream; this installs the same fix
+       (a count per module under a lock: the first thread in swaps, the last one out restores) where it is
+       missing.
+    3. Hooks for `instruments()`: new shared and local arrays can be filled and reported, atomic adds and
+       barriers (`cuda.syncthreads()`) observed."""
+    K, kernel = internals()
+    if getattr(K.FakeCUDAShared.array, "_course", False):
         return
+    import numpy as np
+    upstream = (K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add, K.FakeCUDAModule.syncthreads)
     lock = threading.Lock()
 
-    def array(self, shape, dtype, alignment=None):
+    def shared_array(self, shape, dtype, alignment=None):
         if shape == 0 or alignment is not None:  # dynamic shared memory, alignment: the simulator's own path
-            return original(self, shape, dtype, alignment)
+            return upstream[0](self, shape, dtype, *(() if alignment is None else (alignment,)))
         caller = sys._getframe(1)
         key = (caller.f_code.co_filename, caller.f_lineno)  # the simulator's own key: the line that asks
         with lock:
             a = self._allocations.get(key)
             if a is None:
-                dt = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
-                import numpy as np
+                dt = K.numpy_support.as_dtype(dtype) if isinstance(dtype, K.types.Type) else dtype
                 a = self._allocations[key] = np.empty(shape, dt)
+                if _instrument is not None:
+                    _instrument.fill(a)
+                    _instrument.shared(a, caller.f_lineno)
         return a
 
-    array._course_locked = True
-    kernelapi.FakeCUDAShared.array = array
+    def local_array(self, shape, dtype, *alignment):
+        a = upstream[1](self, shape, dtype, *alignment)
+        if _instrument is not None:
+            _instrument.fill(a)
+        return a
+
+    def atomic_add(self, array, index, val):
+        if _instrument is not None:
+            _instrument.atomic_add(index)
+        return upstream[2](self, array, index, val)
+
+    def syncthreads(self):
+        if _instrument is not None:
+            t = threading.current_thread()  # a simulator BlockThread: it knows its block and thread
+            _instrument.barrier(tuple(t.blockIdx), tuple(t.threadIdx), sys._getframe(1).f_lineno)
+        return upstream[3](self)
+
+    for f in (shared_array, local_array, atomic_add, syncthreads):
+        f._course = True
+    K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = shared_array, local_array, atomic_add
+    K.FakeCUDAModule.syncthreads = syncthreads
+    if not hasattr(K, "_swap_refcount"):  # numba-cuda < 0.30: no fix for the swap race (item 2)
+        kernel.swapped_cuda_module = K.swapped_cuda_module = _counted_swap
+
+
+_swap_lock = threading.Lock()
+_swaps = {}  # id(module globals) -> [threads inside, {name: real cuda module}]
+
+
+@contextlib.contextmanager
+def _counted_swap(fn, fake_cuda_module):
+    """numba-cuda 0.30's swapped_cuda_module: the first thread in swaps `cuda` for the fake, the last one out
+    restores it (https://github.com/NVIDIA/numba-cuda/pull/690)."""
+    from numba import cuda
+    g = fn.__globals__
+    with _swap_lock:
+        entry = _swaps.setdefault(id(g), [0, {}])
+        if entry[0] == 0:
+            entry[1] = {k: v for k, v in g.items() if v is cuda}
+            g.update(dict.fromkeys(entry[1], fake_cuda_module))
+        entry[0] += 1
+    try:
+        yield
+    finally:
+        with _swap_lock:
+            entry[0] -= 1
+            if entry[0] == 0:
+                g.update(_swaps.pop(id(g))[1])
+
+
+def _ignore(*args):
+    pass
+
+
+@contextlib.contextmanager
+def instruments(fill=_ignore, atomic_add=_ignore, shared=_ignore, barrier=_ignore):
+    """While active (simulator only): `fill(a)` gets every new shared and local array, `shared(a, line)` every
+    new shared array with its source line, `atomic_add(index)` every `cuda.atomic.add`, `barrier(blockIdx,
+    threadIdx, line)` every `cuda.syncthreads()`. The patches stay installed; outside this block they behave as
+    the simulator's own code."""
+    global _instrument
+    patch_simulator()
+    if _instrument is not None:
+        raise RuntimeError("simulator instruments are already active")
+    _instrument = SimpleNamespace(fill=fill, atomic_add=atomic_add, shared=shared, barrier=barrier)
+    try:
+        yield
+    finally:
+        _instrument = None
+
+
+def in_kernel_thread():
+    """True inside a simulated GPU thread (the simulator's BlockThread), False in ordinary Python code."""
+    _, simkernel = internals()
+    return isinstance(threading.current_thread(), simkernel.BlockThread)
+
+
+def settle_simulator(kernel, timeout=30.0):
+    """After a simulated kernel raised: wait for its aborted threads, then make sure `cuda` is real again.
+
+    The simulator swaps `cuda` in the kernel's module globals while threads run and does not wait for the
+    other threads of a failing block; until they unwind, `@cuda.jit` in that module (a notebook!) would fail."""
+    import time
+    K, simkernel = internals()
+    deadline = time.monotonic() + timeout
+    for t in threading.enumerate():
+        if isinstance(t, simkernel.BlockThread):
+            t.join(max(0.0, deadline - time.monotonic()))
+    real = sys.modules["numba.cuda"]
+    g = getattr(getattr(kernel, "py_func", kernel), "__globals__", None) or {}  # a launcher may be any callable
+    for k, v in list(g.items()):
+        if isinstance(v, K.FakeCUDAModule):
+            g[k] = real
+
+
+@contextlib.contextmanager
+def pretend_device(compute_capability):
+    """Compile without a GPU: numba-cuda's dispatcher asks the current device for its compute capability
+    (`numba.cuda.dispatcher.get_current_device`, for device functions); answer `compute_capability` meanwhile."""
+    internals()
+    import numba.cuda.dispatcher as dispatcher
+
+    class NoDevice:
+        pass
+
+    NoDevice.compute_capability = compute_capability
+    real = dispatcher.get_current_device
+    dispatcher.get_current_device = NoDevice
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = real

@@ -3,7 +3,12 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+from numba import cuda, float32
+
 import course
+from course import device
 
 
 def run(*args, **env):
@@ -12,8 +17,7 @@ def run(*args, **env):
 
 
 def test_mode_matches_numba():
-    from numba.cuda.core import config
-    assert bool(config.ENABLE_CUDASIM) == course.SIMULATOR
+    assert device.simulator_enabled() == course.SIMULATOR
 
 
 def test_info_names_the_device():
@@ -38,6 +42,7 @@ def test_bad_setting_is_refused():
     assert r.returncode != 0 and "COURSE_DEVICE='tpu'" in r.stderr
 
 
+@pytest.mark.skipif(bool(device.simulator_only()), reason=str(device.simulator_only()))
 def test_importing_numba_cuda_first_in_the_other_mode_is_caught():
     mode = "1" if not course.SIMULATOR else "0"
     want = "gpu" if not course.SIMULATOR else "sim"
@@ -47,3 +52,153 @@ def test_importing_numba_cuda_first_in_the_other_mode_is_caught():
 
 def test_pick():
     assert course.pick(gpu=1, sim=2) == (2 if course.SIMULATOR else 1)
+
+
+def test_performance_warning_imports_on_every_build():  # numba.cuda.core.errors does not exist on macOS's 0.20.1
+    cls = device.performance_warning()
+    assert issubclass(cls, Warning) and cls.__name__ == "NumbaPerformanceWarning"
+
+
+# --- numba internals (course/device.py): version-checked, patched once ---------------------------------------
+
+sim_only = pytest.mark.skipif(not course.SIMULATOR, reason="patches numba's CUDA simulator")
+
+
+def test_this_numba_cuda_is_one_the_patches_were_written_for():
+    dist, version = device.cuda_build()
+    assert dist == "numba-cuda" and version in device.WRITTEN_FOR[dist]
+
+
+@pytest.mark.parametrize("build", [("numba-cuda", "0.99.0"), ("numba", "0.68.1")])
+def test_an_unknown_numba_cuda_is_refused_loudly(monkeypatch, build):
+    monkeypatch.setattr(device, "cuda_build", lambda: build)
+    with pytest.raises(RuntimeError) as e:
+        device.internals()
+    assert f"{build[0]} {build[1]}" in str(e.value) and "numba-cuda 0.30.4" in str(e.value)
+
+
+def test_a_simulator_only_build_refuses_gpu_mode(monkeypatch):
+    monkeypatch.setenv(device.ENV, "gpu")
+    monkeypatch.setattr(device, "simulator_only", lambda: "it has only the simulator")
+    with pytest.raises(RuntimeError, match="has only the simulator"):
+        device.setup()
+
+
+@sim_only
+def test_threads_asking_for_one_shared_array_get_the_same_one(monkeypatch):
+    import threading
+    import time
+
+    K, _ = device.internals()
+    shared, got, start = K.FakeCUDAShared(0), [], threading.Barrier(32)
+    empty = np.empty
+
+    def slow_empty(*args, **kwargs):  # widen the window between lookup and insert (upstream: 32 arrays, always)
+        time.sleep(0.001)
+        return empty(*args, **kwargs)
+
+    def thread():
+        start.wait()
+        got.append(shared.array(7, np.float32))  # one source line: one array for the whole block
+
+    monkeypatch.setattr(np, "empty", slow_empty)
+    threads = [threading.Thread(target=thread) for _ in range(32)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    monkeypatch.undo()
+    assert len(got) == 32 and len({id(a) for a in got}) == 1
+
+
+@cuda.jit
+def block_sum(x, total):  # a small tree sum: one shared array, barriers, one atomic add per block
+    s = cuda.shared.array(16, float32)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    s[t] = x[i] if i < x.shape[0] else float32(0)
+    cuda.syncthreads()
+    step = 16
+    while step > 1:
+        step //= 2
+        if t < step:
+            s[t] += s[t + step]
+        cuda.syncthreads()
+    if t == 0:
+        cuda.atomic.add(total, 0, s[0])
+
+
+@sim_only
+def test_instruments_report_arrays_atomics_and_barriers_only_while_active():
+    adds, shared, barriers = [], [], []
+
+    def run():
+        total = cuda.to_device(np.zeros(1, np.float32))
+        block_sum[3, 16](cuda.to_device(np.ones(40, np.float32)), total)
+        return total.copy_to_host()[0]
+
+    with device.instruments(fill=lambda a: a.fill(np.nan), atomic_add=adds.append,
+                            shared=lambda a, line: shared.append((a.size, line)),
+                            barrier=lambda b, t, line: barriers.append((b, t, line))):
+        assert run() == 40  # the kernel writes every shared cell before reading it: NaN fill changes nothing
+        assert not device.in_kernel_thread()
+    assert len(adds) == 3  # one atomic add per block
+    assert [size for size, _ in shared] == [16]  # one 16-cell array, which the simulator reuses for each block
+    assert {b for b, _, _ in barriers} == {(0, 0, 0), (1, 0, 0), (2, 0, 0)}
+    assert len(barriers) == 3 * 16 * 5  # every thread: after the load and after each of 4 tree steps
+    seen = (len(adds), len(shared), len(barriers))
+    assert run() == 40 and (len(adds), len(shared), len(barriers)) == seen  # afterwards: nothing observed
+
+
+@sim_only
+def test_in_kernel_thread_is_true_only_in_a_simulated_thread():
+    @cuda.jit
+    def where(out):
+        out[0] = device.in_kernel_thread()
+
+    out = cuda.to_device(np.zeros(1, np.int32))
+    where[1, 1](out)
+    assert out.copy_to_host()[0] == 1 and not device.in_kernel_thread()
+
+
+@sim_only
+def test_instruments_make_a_read_before_write_show():
+    @cuda.jit
+    def reads_unwritten(out):
+        s = cuda.shared.array(4, float32)
+        out[cuda.threadIdx.x] = s[cuda.threadIdx.x]
+
+    out = cuda.to_device(np.zeros(4, np.float32))
+    with device.instruments(fill=lambda a: a.fill(np.nan), atomic_add=lambda i: None):
+        reads_unwritten[1, 4](out)
+    assert np.isnan(out.copy_to_host()).all()
+
+
+@sim_only
+def test_the_cuda_swap_for_device_functions_lasts_until_the_last_thread_leaves():
+    # Two threads in one module's device functions: the first to leave must not restore the real `cuda` under
+    # the second (numba-cuda < 0.30 did: https://github.com/NVIDIA/numba-cuda/pull/690).
+    import threading
+    import types as pytypes
+
+    K, _ = device.internals()
+    mod = pytypes.ModuleType("other_module")
+    mod.cuda = cuda
+    exec("def f(): pass", mod.__dict__)
+    fake = object()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with K.swapped_cuda_module(mod.f, fake):
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def b():
+        a_in.wait(5)
+        with K.swapped_cuda_module(mod.f, fake):
+            b_in.set()
+            a_out.wait(5)
+            seen["inside"] = mod.cuda
+    ta, tb = threading.Thread(target=a), threading.Thread(target=b)
+    ta.start(), tb.start(), ta.join(), tb.join()
+    assert seen["inside"] is fake and mod.cuda is cuda

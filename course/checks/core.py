@@ -336,25 +336,9 @@ def factor(got, expected):
 
 
 def settle_simulator(kernel, timeout=30.0):
-    """After a simulated kernel raised: wait for its aborted threads, then make sure `cuda` is real again.
-
-    The simulator swaps `cuda` in the kernel's module globals while threads run and does not wait for the
-    other threads of a failing block; until they unwind, `@cuda.jit` in that module (a notebook!) would fail."""
-    import threading
-    import time
-
-    from numba.cuda.simulator import kernel as simkernel
-    from numba.cuda.simulator import kernelapi
-    deadline = time.monotonic() + timeout
-    for t in threading.enumerate():
-        if isinstance(t, simkernel.BlockThread):
-            t.join(max(0.0, deadline - time.monotonic()))
-    real = sys.modules["numba.cuda"]
-    py = getattr(kernel, "py_func", kernel)
-    g = getattr(py, "__globals__", None)
-    for k, v in list((g or {}).items()):
-        if isinstance(v, kernelapi.FakeCUDAModule):
-            g[k] = real
+    """After a simulated kernel raised: wait for its threads and restore `cuda` (course.device.settle_simulator)."""
+    from course.device import settle_simulator
+    settle_simulator(kernel, timeout)
 
 
 def launch(exercise, case, kernel, grid, block, args, hint):

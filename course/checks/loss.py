@@ -8,13 +8,12 @@ into NaN, and it counts the atomic adds (one per block). On a GPU, where it cann
 kernel's code for an atomic and adds a case with thousands of blocks, where a race shows in the total."""
 import contextlib
 import io
-import sys
-import threading
 from types import SimpleNamespace
 
 import numpy as np
 
 import course
+from course.device import in_kernel_thread
 from course.checks.core import (CheckFailure, _padded, _sticky, check_guards, check_inputs, code_names,
                                 divergent_barriers, exercise, fail, guarded, launch, run_cases)
 from course.util import cdiv
@@ -142,44 +141,11 @@ def simulator_instruments():
     if not course.SIMULATOR:
         yield stats
         return
-    from numba.cuda.simulator import kernelapi  # simulator internals: keep the patch small and undo it
-    from numba.cuda import types
-    from numba.cuda.np import numpy_support
-    K = kernelapi
-    real = (K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add, K.FakeCUDAModule.syncthreads)
-    lock = threading.Lock()
-
-    def shared_array(self, shape, dtype, alignment=None):
-        if shape == 0 or alignment is not None:  # dynamic shared memory, alignment: the simulator's own path
-            return real[0](self, shape, dtype, alignment)
-        caller = sys._getframe(1)
-        key = (caller.f_code.co_filename, caller.f_lineno)  # the simulator's key: the line that asks
-        with lock:
-            a = self._allocations.get(key)
-            if a is None:
-                dt = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
-                a = self._allocations[key] = _poison(np.empty(shape, dt))
-                stats.shared_sizes.append((a.size, caller.f_lineno))
-        return a
-
-    def local_array(self, shape, dtype, alignment=None):
-        return _poison(real[1](self, shape, dtype, alignment))
-
-    def add(self, array, index, val):
-        stats.atomic_adds.append(index)  # list.append is atomic under the GIL
-        return real[2](self, array, index, val)
-
-    def syncthreads(self):  # which barrier (source line) each thread reaches, in order
-        t, caller = threading.current_thread(), sys._getframe(1)
-        stats.barriers.setdefault((tuple(t.blockIdx), tuple(t.threadIdx)), []).append(caller.f_lineno)
-        return real[3](self)
-
-    K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = shared_array, local_array, add
-    K.FakeCUDAModule.syncthreads = syncthreads
-    try:
+    from course.device import instruments  # the simulator's internals are patched there, and only there
+    with instruments(fill=_poison, atomic_add=stats.atomic_adds.append,  # list.append is atomic under the GIL
+                     shared=lambda a, line: stats.shared_sizes.append((a.size, line)),
+                     barrier=lambda b, t, line: stats.barriers.setdefault((b, t), []).append(line)):
         yield stats
-    finally:
-        K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add, K.FakeCUDAModule.syncthreads = real
 
 
 def _names(code):
@@ -342,7 +308,7 @@ def no_host_copies(*, to_host=True, to_device=True, allocations=False):
         host_set = refuse("copied values from the host to the device (an assignment out[...] = ...)")
 
         def guarded_set(self, key, value):  # in the simulator kernels index device arrays too: let them
-            if type(threading.current_thread()).__name__ == "BlockThread":
+            if in_kernel_thread():
                 return saved_set(self, key, value)
             return host_set(self, key, value)
         setitem.__setitem__ = guarded_set
