@@ -416,6 +416,9 @@ FIGURES = [
     Fig("08", "cg10", r"backward phase and (\d+) µs for the update", Json(FUSED, "versions[epoch_ms=29.02].phase_us.update")),
     Fig("08", "cg10", r"and (\d+) µs per step in the epoch", Json(FUSED, "versions[epoch_ms=29.02].step_us")),
     Fig("08", "cg10", r"way of\s+~(10) ms an epoch", calc(lambda: 10, why="issue 13's goal, not a measurement")),
+    Fig("08", "c062", r"and ([\d.]+)× faster than PyTorch with the whole step", calc(lambda g, f: g / f,
+        Json(BENCH, "rows[impl=pytorch_graph].epoch_s"), FUSED_S)),
+    Fig("08", "c062", r"\((\d+) ms an epoch\), the fair", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
     # --- simulator and tool settings (no GPU run) ---
     Fig("07", "c019", r"about (85) % test accuracy", calc(lambda: 85, why="tests/test_student_notebooks.py asserts >= 0.85")),
     Fig(README, "", r"at least (85) % test accuracy", calc(lambda: 85, why="tests/test_student_notebooks.py asserts it")),
