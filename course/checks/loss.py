@@ -148,15 +148,6 @@ def simulator_instruments():
         yield stats
 
 
-def _names(code):
-    """Every global and attribute name a function's code (and any code nested in it) uses."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names |= _names(const)
-    return names
-
-
 def barrier_mismatch(barriers, block):
     """(block, thread a, its barriers, thread b, its barriers) for the first block (of `block` threads, 1-D) whose
     threads did not all reach the same cuda.syncthreads() calls in the same order (a thread that returned before
