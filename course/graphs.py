@@ -12,6 +12,7 @@ import numpy as np
 from numba import cuda
 
 import course
+from course import timing
 from course.forward import mlp_forward
 from course.fused import FusedTrainer
 from course.gather import gather, gather_labels
@@ -193,6 +194,6 @@ def fit_graph(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
         check_loss(len(hist["step"]), test_loss, lr)
         hist["epoch"].append(dict(epoch=epoch, seconds=seconds, test_loss=test_loss, test_acc=test_acc))
         if progress:
-            print(f"epoch {epoch:2d}  {seconds * 1e3:8.2f} ms  test loss {test_loss:.4f}  test accuracy {test_acc:.4f}")
+            print(timing.label(f"epoch {epoch:2d}  {seconds * 1e3:8.2f} ms  test loss {test_loss:.4f}  test accuracy {test_acc:.4f}"))
     hist["params"] = params
     return hist
