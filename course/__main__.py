@@ -1,10 +1,10 @@
 """Command line: python -m course info | train | bench | export [--check] | exercises [--check] | execute | download
-| nbgrader-setup | student-build (the last two: teachers' tools, course/teach.py)."""
+| nbgrader-setup | student-build (the last two: teachers' tools, course/tools/teach.py)."""
 import os
 import sys
 
-from . import cli_train
-from .cli import CommandError, OneLineParser, device_ready, output_file, positive_int
+from .tools import cli_train
+from .tools.cli import CommandError, OneLineParser, device_ready, output_file, positive_int
 
 COMMANDS = "info, train, bench, export, exercises, execute, download, nbgrader-setup, student-build"
 
@@ -18,7 +18,7 @@ def run_info(args):
 
 def run_bench(args):
     device_ready()
-    from .bench import run  # written with notebook 08
+    from .tools.bench import run  # written with notebook 08
 
     def error(message):
         raise CommandError(message)
@@ -26,7 +26,7 @@ def run_bench(args):
 
 
 def run_generate(args):
-    from . import nbtools
+    from .tools import nbtools
     make = nbtools.export if args.cmd == "export" else nbtools.make_exercises
     stale = make(check=args.check)
     for path in stale:
@@ -38,7 +38,7 @@ def run_generate(args):
 
 
 def run_execute(args):
-    from . import nbtools
+    from .tools import nbtools
     paths = args.notebooks or nbtools.solution_notebooks()
     for path in paths:  # every file is checked before the first notebook runs
         problem = nbtools.unreadable(path)
@@ -48,7 +48,7 @@ def run_execute(args):
 
 
 def run_download(args):
-    from .download import DownloadError, download
+    from .tools.download import DownloadError, download
     try:
         for path in download(args.root, args.dataset, args.mirror, deadline=args.deadline):
             print(f"ok {path}")
@@ -88,7 +88,7 @@ def parser():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] in (["nbgrader-setup"], ["student-build"]):  # teachers' tools
-        from .teach import main as teach
+        from .tools.teach import main as teach
         return teach(argv)
     p = parser()
     args = p.parse_args(argv)

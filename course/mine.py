@@ -64,7 +64,7 @@ def mine_dir():
     notebooks) in a checkout of the course, else ~/.course/mine."""
     if os.environ.get("COURSE_MINE_DIR"):
         return Path(os.environ["COURSE_MINE_DIR"])
-    from course.nbtools import EXERCISES
+    from course.tools.nbtools import EXERCISES
     return EXERCISES / "mine" if EXERCISES.is_dir() else Path.home() / ".course" / "mine"
 
 
@@ -536,7 +536,7 @@ def simulate_student(notebooks=None):
     import pkgutil
 
     import course.checks
-    from course import nbtools
+    from course.tools import nbtools
     checks = {}
     for m in pkgutil.iter_modules(course.checks.__path__):
         mod = importlib.import_module(f"course.checks.{m.name}")

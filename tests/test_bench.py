@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import course
-from course import bench
+from course.tools import bench
 
 IMPLS = ["course_plain", "course_plain_graph", "course_fused", "course_fused_step", "course_fused_step_graph",
          "course_fused_phases", "numpy", "pytorch_eager", "pytorch_graph"]

@@ -15,7 +15,7 @@ import pytest
 
 import course
 from course.__main__ import main
-from course.cli import write_json
+from course.tools.cli import write_json
 
 BANNER = "course: CUDA simulator"
 
@@ -100,8 +100,8 @@ def test_the_dataset_read_is_the_one_reported(tmp_path, monkeypatch):
     import argparse
 
     import course.data
-    from course.cli import CommandError
-    from course.cli_train import load
+    from course.tools.cli import CommandError
+    from course.tools.cli_train import load
     root = dataset(tmp_path / "d", 30, 20)
     sums = dict(reversed(line.split()) for line in (root / "SHA256SUMS").read_text().splitlines())
     args = argparse.Namespace(data_dir=root, dataset=None)

@@ -12,23 +12,23 @@ import pytest
 
 import course
 from course import device
-from course.compile import all_signatures
+from course.tools.signatures import all_signatures
 
 
 @pytest.mark.skipif(bool(device.simulator_only()), reason=f"{device.simulator_only()}; CI compiles on Linux")
 def test_every_kernel_compiles_for_sm90():
-    r = subprocess.run([sys.executable, "-m", "course.compile"], capture_output=True, text=True, timeout=900,
+    r = subprocess.run([sys.executable, "-m", "course.tools.compile"], capture_output=True, text=True, timeout=900,
                        env={**os.environ, "COURSE_DEVICE": "gpu", "NUMBA_ENABLE_CUDASIM": "0"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("ok   ") == sum(len(s) for s in all_signatures().values())
 
 
 def test_signature_table_lists_every_kernel():
-    from course.compile import kernels_in
+    from course.tools.compile import kernels_in
     found = set()
     for m in pkgutil.iter_modules(course.__path__):
-        if m.name in ("__main__", "compile") or m.ispkg:
+        if m.name == "__main__" or m.ispkg:  # course.tools and course.checks define no kernel
             continue
         module = importlib.import_module(f"course.{m.name}")
         found |= {f"course.{m.name}:{k}" for k in kernels_in(module)}
-    assert found == set(all_signatures()), "list the new kernels in SIGNATURES of course/checks/<topic>.py"
+    assert found == set(all_signatures()), "list the new kernels in their topic's table of course/tools/signatures.py"

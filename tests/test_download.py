@@ -1,4 +1,4 @@
-"""course.download against a local HTTP server on 127.0.0.1 (no internet here): verified, atomic, idempotent."""
+"""course.tools.download against a local HTTP server on 127.0.0.1 (no internet here): verified, atomic, idempotent."""
 import gzip
 import http.server
 import os
@@ -13,7 +13,7 @@ from functools import partial
 import pytest
 
 from course.data import DEFAULT_ROOT, FILES, load_mnist
-from course.download import DownloadError, download
+from course.tools.download import DownloadError, download
 
 
 @pytest.fixture
@@ -175,8 +175,8 @@ def bomb(h):
     (bomb, "decompresses to more than"),
 ], ids=["trickle", "bad-status-line", "truncated-chunked", "truncated-length", "redirect-loop", "gzip-bomb"])
 def test_a_broken_server_gives_one_line_quickly(broken, tmp_path, monkeypatch, handle, says):
-    import course.download
-    monkeypatch.setattr(course.download, "MAX_RAW", 2**20)
+    import course.tools.download
+    monkeypatch.setattr(course.tools.download, "MAX_RAW", 2**20)
     holder, url = broken
     holder.handle = handle
     t0 = time.monotonic()

@@ -176,7 +176,7 @@ class _NoDevice:
 dispatcher.get_current_device = _NoDevice
 import importlib, course
 from numba import cuda, types
-from course.compile import all_signatures
+from course.tools.signatures import all_signatures
 key = sys.argv[1]
 mod, name = key.split(":")
 sig = all_signatures()[key][0]
@@ -579,7 +579,7 @@ def test_update_rewrites_a_drifted_figure(tmp_path, monkeypatch):
 
 def update():
     """Rewrite each figure that left its tolerance; print what changed. Returns the number of changes."""
-    from course.nbtools import dumps
+    from course.tools.nbtools import dumps
     changes = 0
     by_file = {}
     for fig in FIGURES:

@@ -8,7 +8,8 @@ import pytest
 from numba import cuda
 
 import course
-from course import mine, nbtools
+from course import mine
+from course.tools import nbtools
 from course.checks.core import CheckFailure
 from course.checks.data import check_scale_kernel
 
@@ -270,13 +271,15 @@ def test_in_a_jupyter_kernel_a_pass_is_saved_and_an_edit_noticed(tmp_path, monke
 COMPILE_SAVED = r'''
 import importlib.util, sys
 import course
-from course import mine, nbtools
-from course.compile import CC, all_signatures
+from course import mine
+from course.tools import nbtools
+from course.tools.compile import CC
+from course.tools.signatures import all_signatures
 import numba.cuda.dispatcher as dispatcher
 from numba import cuda, types
 
 
-class NoDevice:  # as course.compile: device functions ask the current device for its compute capability
+class NoDevice:  # as course.tools.compile: device functions ask the current device for its compute capability
     compute_capability = CC
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from course import nbtools, teach
+from course.tools import nbtools, teach
 
 NBGRADER = os.environ.get("COURSE_NBGRADER") or shutil.which("nbgrader")
 MARKER_RE = re.compile(r"^\s*#\s*[A-Z][A-Z_]+\s*$")  # `# NBVAL_CHECK_OUTPUT`, `# SHOW_SAVED`: test/tooling markers

@@ -12,7 +12,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from course import nbtools
+from course.tools import nbtools
 
 STUDENT = sorted(nbtools.EXERCISES.glob("*.ipynb"))
 DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_performance"]

@@ -1,7 +1,7 @@
 """One source of truth: course/ matches the notebooks' export cells, and the student notebooks are current."""
 import pytest
 
-from course import nbtools
+from course.tools import nbtools
 
 
 def test_package_matches_notebooks():

@@ -4,7 +4,8 @@ import re
 import pytest
 
 import course
-from course import nbtools, timing
+from course import timing
+from course.tools import nbtools
 
 MEASURES = re.compile(r"perf_counter|gpu_time\(|wall_time\(|time_steps\(|per_call\(")
 NOT_YET = {("08_performance.ipynb", "c049")}  # fit_fused's progress line: course/fused.py is issue 13's to rewrite

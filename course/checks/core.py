@@ -19,8 +19,6 @@ from course import mine
 GUARD_FLOAT = np.float32(-7.77e33)  # what guard cells hold; a kernel has no reason to write it
 GUARD_INT = -987654321
 
-SIGNATURES = {"course.timing:hold_kernel": ["int64, float32[::1]"]}  # support kernels (tests/test_compile.py)
-
 HINTS = {}        # "2.1" -> the code-level hint, printed by hint("2.1") only when a student asks
 POISONED = None   # set to a description of the GPU fault once one has made this process's CUDA context unusable
 STUB_RE = re.compile(r"^Exercise \d+\.\d+: ")  # the label of the stub `python -m course exercises` writes

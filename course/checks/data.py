@@ -5,14 +5,6 @@ import course
 from course.checks.core import call, exercise, fail, run_cases
 from course.util import cdiv
 
-SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 01, as launchers and checks call it
-    "course.scale:scale_kernel": ["uint8[::1], float32[::1]", "uint8[:], float32[:]"],
-    "course.gather:gather_kernel": ["float32[:, ::1], int64[::1], float32[:, ::1]",
-                                    "float32[:, ::1], int32[::1], float32[:, ::1]",
-                                    "float32[:, :], int64[:], float32[:, :]"],
-    "course.gather:gather1d_kernel": ["int64[::1], int64[::1], int64[::1]", "int32[::1], int32[::1], int32[::1]",
-                                      "int64[::1], int32[::1], int64[::1]"],
-}
 
 @exercise("1.1", more="""\
   magic = buf[0:4]: bytes 0 and 1 must both be 0, byte 2 is the type code, byte 3 = ndim (at least 1)

@@ -5,14 +5,6 @@ import course
 from course.checks.core import exercise, run_cases
 from course.util import cdiv
 
-_M2 = "float32[:, ::1]"
-_A2 = "float32[:, :]"
-SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 02, as launchers and checks call it
-    "course.forward:matmul_v1_kernel": [f"{_M2}, {_M2}, {_M2}", f"{_A2}, {_A2}, {_A2}"],
-    "course.forward:matmul_v2_kernel": [f"{_M2}, {_M2}, {_M2}", f"{_A2}, {_A2}, {_A2}"],
-    "course.forward:linear_kernel": [f"{_M2}, {_M2}, float32[::1], int64, {_M2}",
-                                     f"{_A2}, {_A2}, float32[:], int64, {_A2}"],
-}
 ATOL = RTOL = 1e-4  # float32 sums of <= 100 products of N(0, 1) numbers, accumulated in another order than BLAS
 
 

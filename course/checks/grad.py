@@ -5,14 +5,6 @@ import course
 from course.checks.core import exercise, factor, run_cases
 from course.util import cdiv
 
-_M2, _A2 = "float32[:, ::1]", "float32[:, :]"
-SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 04, as launchers and checks call it
-    "course.grad:dlogits_kernel": [f"{_M2}, int64[::1], {_M2}", f"{_M2}, int32[::1], {_M2}",
-                                   f"{_A2}, int64[:], {_A2}"],
-    "course.grad:matmul_tn_kernel": [f"{_M2}, {_M2}, {_M2}", f"{_A2}, {_A2}, {_A2}"],
-    "course.grad:colsum_kernel": [f"{_M2}, float32[::1]", f"{_A2}, float32[:]"],
-    "course.grad:dhidden_kernel": [f"{_M2}, {_M2}, {_M2}, {_M2}", f"{_A2}, {_A2}, {_A2}, {_A2}"],
-}
 TOL = 1e-5  # float32: dZ2 is one subtraction and one division; the products sum <= 60 terms of size ~1
 
 

@@ -7,12 +7,6 @@ import course
 from course.checks.core import call, exercise, fail, run_cases
 from course.util import cdiv
 
-_C1 = "float32[::1]"
-_A1 = "float32[:]"
-SIGNATURES = {  # for tests/test_compile.py: the kernel of notebook 07, as the launcher and the check call it
-    "course.landscape:combine_kernel": [f"{_C1}, {_C1}, {_C1}, float32, float32, {_C1}",
-                                        f"{_A1}, {_A1}, {_A1}, float32, float32, {_A1}"],
-}
 ATOL, RTOL = 1e-6, 1e-5  # float32: two products and two sums per element; a GPU fuses them into FMAs
 
 

@@ -18,21 +18,6 @@ from course.checks.core import (CheckFailure, _padded, _sticky, check_guards, ch
                                 divergent_barriers, exercise, fail, guarded, launch, run_cases)
 from course.util import cdiv
 
-SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 03, as launchers and checks call it
-    "course.loss:softmax_xent_kernel": [
-        "float32[:, ::1], int64[::1], float32[:, ::1], float32[::1]",
-        "float32[:, ::1], int32[::1], float32[:, ::1], float32[::1]",
-        "float32[:, :], int64[:], float32[:, :], float32[:]",
-        "float32[:, :], int32[:], float32[:, :], float32[:]"],
-    "course.loss:sum_kernel": ["float32[::1], float32[::1]", "float32[:], float32[:]"],
-    "course.loss:sum_shfl_kernel": ["float32[::1], float32[::1]"],
-    "course.loss:zero_kernel": ["float32[::1]", "int32[::1]", "float32[:]"],
-    "course.loss:div_kernel": ["float32[::1], float32", "float32[:], float32"],
-    "course.loss:count_correct_kernel": ["float32[:, ::1], int64[::1], int32[::1]",
-                                         "float32[:, ::1], int32[::1], int32[::1]",
-                                         "float32[:, :], int64[:], int32[:]"],
-}
-
 
 # --- a float64 reference of our own (the checks do not trust the module the notebook exports) ---------------
 

@@ -1,5 +1,4 @@
-"""Checks for notebook 08's exercises (the register-blocked matmul, a grid-stride SGD), and the signatures of
-notebook 08's kernels (course.perf and course.fused)."""
+"""Checks for notebook 08's exercises (the register-blocked matmul, a grid-stride SGD)."""
 import numpy as np
 
 import course
@@ -8,30 +7,6 @@ from course.checks.update import run_inplace_steps
 from course.update import sgd_ref
 from course.util import cdiv
 
-_M2 = "float32[:, ::1]"
-_A2 = "float32[:, :]"
-_V = "float32[::1]"
-_I = "int64[::1]"
-_FWD = f"{_M2}, {_I}, int64, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}"
-_BWD = f"{{y}}, {_I}, int64, {_M2}, {_M2}, {_M2}, {_M2}, {_V}, {_V}"
-_UPD = f"{_M2}, {_I}, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_V}"
-_STEPS = f"{_M2}, {{y}}, {_I}, int64, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_V}, {_V}"
-SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 08, as launchers and checks call it
-    "course.perf:empty1_kernel": [_V],
-    "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
-    "course.perf:matmul_v3_kernel": [f"{_M2}, {_M2}, {_M2}", f"{_A2}, {_A2}, {_A2}"],
-    "course.perf:matmul_v4_kernel": [f"{_M2}, {_M2}, {_M2}"],
-    "course.perf:matmul_v5_kernel": [f"{_M2}, {_M2}, {_M2}"],
-    "course.graphs:batch_index_kernel": [f"{_I}, {_I}, {_I}"],
-    "course.graphs:record_loss_kernel": [f"{_V}, {_I}, {_V}"],
-    "course.perf:softmax_xent_grad_kernel": [f"{_M2}, {_I}, {_M2}, {_V}", f"{_M2}, int32[::1], {_M2}, {_V}"],
-    "course.perf:grad_wb_kernel": [f"{_M2}, {_M2}, {_M2}, {_V}"],
-    "course.perf:sgd_gridstride_kernel": ["float32[::1], float32[::1], float32", "float32[:], float32[:], float32"],
-    "course.fused:forward_kernel": [_FWD],
-    "course.fused:backward_kernel": [_BWD.format(y=_I), _BWD.format(y="int32[::1]")],
-    "course.fused:update_kernel": [_UPD],
-    "course.fused:fused_steps_kernel": [_STEPS.format(y=_I), _STEPS.format(y="int32[::1]")],
-}
 ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumulated in another order than BLAS
 
 

@@ -17,19 +17,6 @@ from course.checks.core import (GUARD_FLOAT, _padded, check_guards, check_inputs
 from course.update import adam_ref, momentum_ref, sgd_ref
 from course.util import cdiv
 
-
-def _sig(arrays, scalars, layout):
-    """A kernel signature: `arrays` flat float32 arrays in `layout`, then `scalars` float32 scalars."""
-    return ", ".join([f"float32[{layout}]"] * arrays + ["float32"] * scalars)
-
-
-SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 05, as the launchers pass flat buffers
-    # ("C" layout, [::1]) and as the checks pass views into guarded buffers ("A" layout, [:])
-    "course.update:sgd_kernel": [_sig(2, 1, "::1"), _sig(2, 1, ":")],
-    "course.update:momentum_kernel": [_sig(3, 2, "::1"), _sig(3, 2, ":")],
-    "course.update:adam_kernel": [_sig(4, 6, "::1"), _sig(4, 6, ":")],
-}
-
 STEPS = 5          # consecutive steps per case, on the same device buffers
 ATOL, RTOL = 1e-6, 1e-5  # float32: a few roundings per step; a GPU fuses a*b+c into one FMA, NumPy rounds twice
 

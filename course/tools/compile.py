@@ -1,21 +1,13 @@
 """Compile course kernels for a real GPU (PTX for sm_90) without one: the simulator never type-checks.
 
-Run as `COURSE_DEVICE=gpu python -m course.compile`; needs NVVM (numba-cuda[cu12] brings it). Prints one line per
-kernel and signature, exits 1 if any fails to compile. Each `course/checks/<topic>.py` lists its notebook's kernels
-in a `SIGNATURES` dict: "module:kernel" -> argument types as numba spells them ("C" layout `[::1]` as launchers
-pass them, "A" layout `[:]` as the checks' guarded views do)."""
+Run as `COURSE_DEVICE=gpu python -m course.tools.compile`; needs NVVM (numba-cuda[cu12] brings it). Prints one line
+per kernel and signature, exits 1 if any fails to compile. The kernels and their signatures are the tables of
+course/tools/signatures.py, one per topic: "module:kernel" -> argument types as numba spells them ("C" layout
+`[::1]` as launchers pass them, "A" layout `[:]` as the checks' guarded views do)."""
 import importlib
-import pkgutil
 import sys
 
-
-def all_signatures():
-    """SIGNATURES merged from every course.checks module."""
-    import course.checks
-    merged = {}
-    for m in pkgutil.iter_modules(course.checks.__path__):
-        merged.update(getattr(importlib.import_module(f"course.checks.{m.name}"), "SIGNATURES", {}))
-    return merged
+from course.tools.signatures import all_signatures
 
 CC = (9, 0)  # Hopper (H100/H200); PTX for it also proves the kernel types and lowers
 

@@ -14,7 +14,7 @@ from . import nbtools
 CONFIG = nbtools.ROOT / "teachers" / "nbgrader_config.py"
 STUDENT_HEADER = ("# STUDENT BUILD of {nb}, made by `python -m course student-build`: each exercise is a stub\n"
                   "# (`raise NotImplementedError`), to be written in the notebook; `course.use_mine()` then uses yours.\n")
-STUDENT_FOOTER = ("\n\nfrom course.teach import guard_stubs as _guard_stubs  # noqa: E402\n\n"
+STUDENT_FOOTER = ("\n\nfrom course.tools.teach import guard_stubs as _guard_stubs  # noqa: E402\n\n"
                   "_guard_stubs(globals())  # launching a stub kernel raises in Python, on a GPU too\n")
 USE_MINE = "course.use_mine();  # student build: the course's exercise pieces are stubs; your passing solutions run"
 STUDENT_README = """# GPU training from scratch: student build

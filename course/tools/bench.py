@@ -365,6 +365,6 @@ def run(args, error):
                   config=dict(cfg, lr=LR, seed=SEED, n_train=len(data[0]), n_test=len(data[2]),
                               pixels=data[0].shape[1]),
                   rows=rows, matmul=matmul)
-    from course.cli import write_json  # never loses the results: a file elsewhere, or stdout, if out fails
+    from course.tools.cli import write_json  # never loses the results: a file elsewhere, or stdout, if out fails
     unwritten = out is not None and write_json(out, result)
     return 1 if unwritten or any(r.get("failed") for r in rows) else 0

@@ -4,7 +4,7 @@ from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 
-from course.cli import (CommandError, bounded_int, device_ready, directory, natural_int, output_file, positive_float,
+from course.tools.cli import (CommandError, bounded_int, device_ready, directory, natural_int, output_file, positive_float,
                         positive_int)
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")  # where Debian's dataset-fashion-mnist puts it
@@ -105,7 +105,7 @@ def run(args):
     print(f"test accuracy: {last['test_acc']:.4f}")
     if args.out is None:
         return 0
-    from course.cli import write_json
+    from course.tools.cli import write_json
     result = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"), device=device,
                   dataset=dataset, data_dir=str(root) if root else None, quick=args.quick, hidden=hidden,
                   batch_size=batch_size, lr=lr, optimizer=args.optimizer, seed=args.seed, epochs=hist["epoch"],
