@@ -8,6 +8,23 @@ def test_package_matches_notebooks():
     assert nbtools.export(check=True) == [], "run `python -m course export` and commit"
 
 
+def test_generated_modules_mark_each_chunk_with_its_cell():
+    """Every exported chunk is led by `# %% notebooks/NN_topic.ipynb cell <id>` naming the cell it comes from
+    (export --check above compares the markers too: they are part of the sync)."""
+    seen = 0
+    for nb in nbtools.solution_notebooks():
+        cells = {c.get("id"): nbtools.source(c) for c in nbtools.read(nb)["cells"] if c["cell_type"] == "code"}
+        for module in nbtools.exported_modules(nb):
+            lines = (nbtools.PACKAGE / f"{module}.py").read_text(encoding="utf-8").splitlines()
+            for i, line in enumerate(lines):
+                if line.startswith("# %% "):
+                    name, _, cell_id = line[len("# %% notebooks/"):].partition(" cell ")
+                    assert name == nb.name and cell_id in cells, f"course/{module}.py:{i + 1}: {line}"
+                    assert nbtools._strip(cells[cell_id]).splitlines()[0] == lines[i + 1], (module, line)
+                    seen += 1
+    assert seen == sum(len(c) for nb in nbtools.solution_notebooks() for c in nbtools.exported_modules(nb).values())
+
+
 def test_student_notebooks_are_current():
     assert nbtools.make_exercises(check=True) == [], "run `python -m course exercises` and commit"
 

@@ -56,13 +56,15 @@ def student_modules():
     """{module: source} of the notebooks' exported modules with every solution block replaced by its stub."""
     out = {}
     for nb in nbtools.solution_notebooks():
-        cells = [nbtools.source(c) for c in nbtools.read(nb)["cells"] if c["cell_type"] == "code"]
+        code = [c for c in nbtools.read(nb)["cells"] if c["cell_type"] == "code"]
+        cells = [nbtools.source(c) for c in code]
         default = next((v for c in cells for k, v in nbtools.directives(c) if k == "default_exp"), None)
         chunks = {}
         for i, src in enumerate(cells):
             for name, value in nbtools.directives(src):
                 if name == "export":
-                    chunks.setdefault(value or default, []).append(nbtools.student_cell(src, f"{nb.name} cell {i}"))
+                    chunks.setdefault(value or default, []).append(
+                        nbtools.marker(nb.name, code[i], i) + "\n" + nbtools.student_cell(src, f"{nb.name} cell {i}"))
         for module, parts in chunks.items():
             out[module] = (STUDENT_HEADER.format(nb=f"notebooks/{nb.name}") + "\n" + "\n\n\n".join(parts) + "\n"
                            + STUDENT_FOOTER)
