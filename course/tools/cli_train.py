@@ -4,8 +4,8 @@ from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 
-from course.tools.cli import (CommandError, bounded_int, device_ready, directory, natural_int, output_file, positive_float,
-                        positive_int)
+from course.tools.cli import (CommandError, bounded_int, device_ready, directory, natural_int, output_file,
+                              positive_float, positive_int)
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")  # where Debian's dataset-fashion-mnist puts it
 MAX_HIDDEN = 65536   # 784 x 65,536 float32 weights are 205 MB (x4 with Adam's state and the gradient)
