@@ -18,9 +18,9 @@ if os.environ.get("COURSE_KERNEL"):
 # nbgrader's default is 30 s per cell; in the CUDA simulator (no GPU) a notebook takes up to ~2 minutes.
 c.Execute.timeout = 600
 
-# The course's stub, as in notebooks/exercises/ (course/nbtools.py: student_cell), so that checks can name the
+# The course's stub, as in notebooks/exercises/ (course/tools/nbtools.py: student_cell), so that checks can name the
 # unfinished exercise: `# YOUR CODE HERE` then `raise NotImplementedError("Exercise N.M: title")`.
-EXERCISE_RE = re.compile(r"^\s*#\s*(Exercise \d+\.\d+)\s*[:.-]\s*(.+?)\s*$", re.M)  # = course.nbtools.EXERCISE_RE
+EXERCISE_RE = re.compile(r"^\s*#\s*(Exercise \d+\.\d+)\s*[:.-]\s*(.+?)\s*$", re.M)  # = course.tools.nbtools.EXERCISE_RE
 
 
 class ClearSolutionsLabelled(ClearSolutions):
