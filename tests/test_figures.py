@@ -188,8 +188,8 @@ sys.stdout.write(ptx)
 
 @lru_cache(maxsize=None)
 def kernel_ptx(kernel):
-    """sm_90 PTX of a course kernel ("course.fused:fused_steps_kernel") at its first SIGNATURES entry, compiled in a
-    subprocess (this one runs the simulator, which cannot compile)."""
+    """sm_90 PTX of a course kernel ("course.fused:fused_steps_kernel") at its first signature in
+    course/tools/signatures.py, compiled in a subprocess (this one runs the simulator, which cannot compile)."""
     env = {**os.environ, "COURSE_DEVICE": "gpu", "NUMBA_ENABLE_CUDASIM": "0", "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", _PTXAS_SCRIPT, kernel], capture_output=True, text=True, env=env,
                        timeout=600)
