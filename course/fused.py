@@ -37,6 +37,9 @@ NC_PAD = 16        # classes padded: at most 15 outputs
 WARP = 32          # lanes that split the K-long sums of the forward pass
 MAX_WARPS = 16     # 512 threads at most
 PART_STRIDE = WARP + 1   # partial sums of a (warp, column): 33 apart, so the 32 lanes' cells sit in 32 banks
+PART_CELLS = MAX_WARPS * COLS_MAX * PART_STRIDE   # the lanes' partial sums (shared arrays need plain constants)
+W2_CELLS = COLS_MAX * NC_PAD                      # a block's rows of W2
+Z_CELLS = MAX_BATCH * NC_PAD                      # dZ2
 UNROLL = 8         # loads a thread issues before it waits for the first (a loop of constant length is unrolled)
 NBUF = 3           # logits buffers: step i adds into i % 3
 REGS = 64          # registers per thread at most
@@ -295,13 +298,13 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, logits, lo
     live in shared memory from the first step to the last. logits: (3, B, C), zero at the start and at the end."""
     sW1 = cuda.shared.array(W1_CELLS, float32)           # (cols, K): W1[:, J]
     sb1 = cuda.shared.array(COLS_MAX, float32)           # (cols,): b1[J]
-    sW2 = cuda.shared.array(COLS_MAX * NC_PAD, float32)  # (cols, NC_PAD): W2[J, :]
+    sW2 = cuda.shared.array(W2_CELLS, float32)  # (cols, NC_PAD): W2[J, :]
     sb2 = cuda.shared.array(NC_PAD, float32)             # (C,): the block's copy of b2
     sRows = cuda.shared.array(MAX_BATCH, int32)          # (B,): the batch's rows
-    sPart = cuda.shared.array(MAX_WARPS * COLS_MAX * PART_STRIDE, float32)   # the lanes' partial sums
+    sPart = cuda.shared.array(PART_CELLS, float32)   # the lanes' partial sums
     sH = cuda.shared.array(H_CELLS, float32)             # (B, cols): H[:, J]
     sdH = cuda.shared.array(H_CELLS, float32)            # (B, cols): dH[:, J]
-    sZ = cuda.shared.array(MAX_BATCH * NC_PAD, float32)  # (B, NC_PAD): dZ2
+    sZ = cuda.shared.array(Z_CELLS, float32)  # (B, NC_PAD): dZ2
     grid = cuda.cg.this_grid()
     B = logits.shape[1]
     j0, cols = owned_columns(W1.shape[1])
@@ -329,9 +332,9 @@ def forward_kernel(X, perm, step, W1, b1, W2, H, logits):
     logits, added into logits[0] (zero before: launch 2's last block zeroes it)."""
     sW1 = cuda.shared.array(W1_CELLS, float32)
     sb1 = cuda.shared.array(COLS_MAX, float32)
-    sW2 = cuda.shared.array(COLS_MAX * NC_PAD, float32)
+    sW2 = cuda.shared.array(W2_CELLS, float32)
     sRows = cuda.shared.array(MAX_BATCH, int32)
-    sPart = cuda.shared.array(MAX_WARPS * COLS_MAX * PART_STRIDE, float32)
+    sPart = cuda.shared.array(PART_CELLS, float32)
     sH = cuda.shared.array(H_CELLS, float32)
     B = H.shape[0]
     j0, cols = owned_columns(W1.shape[1])
@@ -348,12 +351,12 @@ def backward_kernel(X, y, perm, step, lr, W1, b1, W2, b2, H, logits, done, losse
     logits[0]. The last block to have read the logits (an atomic count in done[0]) zeroes them and writes b2."""
     sW1 = cuda.shared.array(W1_CELLS, float32)
     sb1 = cuda.shared.array(COLS_MAX, float32)
-    sW2 = cuda.shared.array(COLS_MAX * NC_PAD, float32)
+    sW2 = cuda.shared.array(W2_CELLS, float32)
     sb2 = cuda.shared.array(NC_PAD, float32)
     sRows = cuda.shared.array(MAX_BATCH, int32)
     sH = cuda.shared.array(H_CELLS, float32)
     sdH = cuda.shared.array(H_CELLS, float32)
-    sZ = cuda.shared.array(MAX_BATCH * NC_PAD, float32)
+    sZ = cuda.shared.array(Z_CELLS, float32)
     sLast = cuda.shared.array(1, int32)
     B = H.shape[0]
     j0, cols = owned_columns(W1.shape[1])
