@@ -44,8 +44,8 @@ for mode in ("phases", "step", "epoch"):
 
 # 2. ms per epoch
 losses = cuda.device_array(n // B, np.float32)
-for threads in (256, 512):
-    for blocks in (128, 64, 32):
+for threads in (512,):
+    for blocks in (128, 64):
         trainer = FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="epoch", threads=threads, blocks=blocks)
         times = []
         for _ in range(6):
