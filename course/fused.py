@@ -145,10 +145,10 @@ def hidden_columns(X, sRows, B, sW1, sb1, cols, sPart, sH):
     lane = t - warp * WARP
     warps = nt // WARP
     acc = cuda.local.array(COLS_MAX, float32)
-    rot = cuda.blockIdx.x % B                    # blocks start at different rows: not all on the same L2 lines
     for r0 in range(0, B, warps):
-        if r0 + warp < B:
-            lane_sums(X, sRows[(r0 + warp + rot) % B], lane, K, sW1, cols, acc)
+        r = r0 + warp
+        if r < B:
+            lane_sums(X, sRows[r], lane, K, sW1, cols, acc)
             for c in range(COLS_MAX):
                 if c < cols:
                     sPart[(warp * COLS_MAX + c) * PART_STRIDE + lane] = acc[c]
@@ -160,7 +160,7 @@ def hidden_columns(X, sRows, B, sW1, sb1, cols, sPart, sH):
                 h = sb1[c]
                 for s in range(WARP):
                     h += sPart[(w * COLS_MAX + c) * PART_STRIDE + s]
-                sH[(r0 + w + rot) % B * cols + c] = max(h, float32(0.0))
+                sH[(r0 + w) * cols + c] = max(h, float32(0.0))
         cuda.syncthreads()                       # sPart is reused by the next round
 
 
@@ -248,15 +248,14 @@ def update_W1(X, sRows, B, sdH, cols, lr, sW1):
     K = X.shape[1]
     x = cuda.local.array(UNROLL, float32)
     acc = cuda.local.array(COLS_MAX, float32)
-    rot = cuda.blockIdx.x % B                    # as in hidden_columns
     for k in range(cuda.threadIdx.x, K, cuda.blockDim.x):
         for c in range(COLS_MAX):
             acc[c] = float32(0.0)
         for r0 in range(0, B, UNROLL):
             for q in range(UNROLL):              # the loads
-                x[q] = X[sRows[(r0 + q + rot) % B], k] if r0 + q < B else float32(0.0)
+                x[q] = X[sRows[min(r0 + q, B - 1)], k] if r0 + q < B else float32(0.0)
             for q in range(UNROLL):
-                r = uint64((min(r0 + q, B - 1) + rot) % B)
+                r = uint64(min(r0 + q, B - 1))
                 for c in range(COLS_MAX):
                     if c < cols:
                         acc[c] += x[q] * sdH[r * uint64(cols) + uint64(c)]
