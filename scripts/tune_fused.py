@@ -3,7 +3,7 @@ size, ms per epoch of the epoch kernel for a few block and grid sizes, the GPU t
 graph of 200 launches of one phase, replayed), and the test accuracy after 3 epochs against the plain loop.
 
 Usage: python scripts/tune_fused.py [--quick] [NAME=VALUE ...]   (--quick: skip the accuracy run; NAME=VALUE sets a
-constant of course.fused before anything compiles, e.g. UNROLL=16 BLOCKS=64)"""
+constant of course.fused before anything compiles, e.g. TR=4 TJ=16 KC=256 UNROLL=4)"""
 import sys
 import time
 
@@ -17,8 +17,10 @@ for arg in sys.argv[1:]:
     if "=" in arg:
         name, value = arg.split("=")
         setattr(fused, name, int(value))
-print("constants:", {k: getattr(fused, k) for k in ("UNROLL", "THREADS", "BLOCKS", "COLS_MAX")})
-print("GPU:", cuda.get_current_device().name)
+fused.XS = fused.KC + 1
+fused.FWD_CELLS = fused.TR * fused.XS + fused.KC * fused.TJ + fused.MAX_THREADS + fused.TR * fused.TJ
+fused.SCRATCH = max(fused.FWD_CELLS, fused.UPD_CELLS)
+print("constants:", {k: getattr(fused, k) for k in ("TR", "TJ", "KC", "UNROLL", "SCRATCH")})
 from course.data import load_mnist
 from course.fused import FusedTrainer, fit_fused, sgd_epoch_ref
 from course.train import fit, init_params
@@ -45,7 +47,7 @@ for mode in ("phases", "step", "epoch"):
 # 2. ms per epoch
 losses = cuda.device_array(n // B, np.float32)
 for threads in (512,):
-    for blocks in (128, 64):
+    for blocks in (None,):
         trainer = FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="epoch", threads=threads, blocks=blocks)
         times = []
         for _ in range(6):
@@ -63,7 +65,7 @@ if graph_support() is None:
     trainer = FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="phases")
     ix, loss1 = cuda.to_device(perm[:B]), cuda.to_device(np.zeros(1, np.float32))
     reps = 200
-    for phase, name in ((1, "forward"), (2, "backward + update")):
+    for phase, name in ((1, "forward"), (2, "backward"), (3, "update")):
         def launches(s, phase=phase):
             for _ in range(reps):
                 trainer.launch_phases(X_d, y_d, ix, 0, loss1, s, phases=(phase,))

@@ -12,10 +12,10 @@ _M2 = "float32[:, ::1]"
 _A2 = "float32[:, :]"
 _V = "float32[::1]"
 _I = "int64[::1]"
-_M3 = "float32[:, :, ::1]"
-_FWD = f"{_M2}, {_I}, int64, {_M2}, {_V}, {_M2}, {_M2}, {_M3}"
-_BWD = f"{_M2}, {{y}}, {_I}, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M3}, int32[::1], {_V}"
-_STEPS = f"{_M2}, {{y}}, {_I}, int64, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M3}, {_V}"
+_FWD = f"{_M2}, {_I}, int64, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}"
+_BWD = f"{{y}}, {_I}, int64, {_M2}, {_M2}, {_M2}, {_M2}, {_V}, {_V}"
+_UPD = f"{_M2}, {_I}, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_V}"
+_STEPS = f"{_M2}, {{y}}, {_I}, int64, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_V}, {_V}"
 SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 08, as launchers and checks call it
     "course.perf:empty1_kernel": [_V],
     "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
@@ -29,6 +29,7 @@ SIGNATURES = {  # for tests/test_compile.py: every kernel of notebook 08, as lau
     "course.perf:sgd_gridstride_kernel": ["float32[::1], float32[::1], float32", "float32[:], float32[:], float32"],
     "course.fused:forward_kernel": [_FWD],
     "course.fused:backward_kernel": [_BWD.format(y=_I), _BWD.format(y="int32[::1]")],
+    "course.fused:update_kernel": [_UPD],
     "course.fused:fused_steps_kernel": [_STEPS.format(y=_I), _STEPS.format(y="int32[::1]")],
 }
 ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumulated in another order than BLAS
