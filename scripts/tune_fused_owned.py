@@ -3,7 +3,7 @@
 size, ms per epoch of the epoch kernel for a few block and grid sizes, the GPU time of each phase alone (a CUDA
 graph of 200 launches of one phase, replayed), and the test accuracy after 3 epochs against the plain loop.
 
-Usage: python scripts/tune_fused_owned.py [--quick] [NAME=VALUE ...]   (--quick: skip the accuracy run; NAME=VALUE sets a
+Usage: python scripts/tune_fused_owned.py [--module=fused_split] [--quick] [NAME=VALUE ...]   (--quick: skip the accuracy run; NAME=VALUE sets a
 constant of fused_owned before anything compiles, e.g. UNROLL=16 BLOCKS=64)"""
 import sys
 import time
@@ -12,16 +12,18 @@ import numpy as np
 from numba import cuda
 
 import course
-import fused_owned as fused   # scripts/ is on sys.path when this script runs
+import importlib
+MODULE = next((a.split("=")[1] for a in sys.argv[1:] if a.startswith("--module=")), "fused_owned")
+fused = importlib.import_module(MODULE)    # scripts/ is on sys.path when this script runs
 
 for arg in sys.argv[1:]:
-    if "=" in arg:
+    if "=" in arg and not arg.startswith("--"):
         name, value = arg.split("=")
         setattr(fused, name, int(value))
-print("constants:", {k: getattr(fused, k) for k in ("UNROLL", "THREADS", "BLOCKS", "COLS_MAX")})
+print(MODULE, "constants:", {k: getattr(fused, k) for k in ("UNROLL", "THREADS", "BLOCKS", "COLS_MAX", "REGS")})
 print("GPU:", cuda.get_current_device().name)
 from course.data import load_mnist
-from fused_owned import FusedTrainer, fit_fused, sgd_epoch_ref
+FusedTrainer, fit_fused, sgd_epoch_ref = fused.FusedTrainer, fused.fit_fused, fused.sgd_epoch_ref
 from course.train import fit, init_params
 
 X, y, Xt, yt = load_mnist()
@@ -45,7 +47,7 @@ for mode in ("phases", "step", "epoch"):
 
 # 2. ms per epoch
 losses = cuda.device_array(n // B, np.float32)
-for threads in (512,):
+for threads in (256, 512):
     for blocks in (128, 64):
         try:
             trainer = FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="epoch", threads=threads, blocks=blocks)
@@ -68,7 +70,7 @@ if graph_support() is None:
     trainer = FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="phases")
     ix, loss1 = cuda.to_device(perm[:B]), cuda.to_device(np.zeros(1, np.float32))
     reps = 200
-    for phase, name in ((1, "forward"), (2, "backward + update")):
+    for phase, name in enumerate(getattr(fused, "PHASE_NAMES", ("forward", "backward + update")), 1):
         def launches(s, phase=phase):
             for _ in range(reps):
                 trainer.launch_phases(X_d, y_d, ix, 0, loss1, s, phases=(phase,))
