@@ -43,6 +43,8 @@ NBUF = 3           # Z and logits buffers: step i uses i % 3
 REGS = 64          # registers per thread at most
 THREADS = 512      # threads per block on a GPU
 BLOCKS = 128       # blocks on a GPU
+SKIP = 0           # TIMING ONLY (wrong results): bits 1 loss, 2 copies' update, 4 tile update, 8 dH, 16 Z by plain
+                   # stores, 32 no X loads, 64 no logits atomics, 128 no softmax
 
 _JIT = {} if course.SIMULATOR else dict(max_registers=REGS)
 
@@ -127,7 +129,7 @@ def stage_inputs(X, perm, base, B, k0, ks, sRows, sX):
         for q in range(UNROLL):              # the loads: a warp reads 32 neighbouring inputs
             v = min(v0 + q * nt, B * ks - 1)
             r = v // ks
-            x[q] = X[sRows[r], k0 + v - r * ks]
+            x[q] = float32(v) if SKIP & 32 else X[sRows[r], k0 + v - r * ks]
         for q in range(UNROLL):              # the stores
             if v0 + q * nt < B * ks:
                 sX[v0 + q * nt] = x[q]
@@ -144,7 +146,10 @@ def add_partial_sums(sX, sW1, B, ks, j0, cols, Z):
         acc = float32(0.0)
         for k in range(ks):
             acc += sX[r * ks + k] * sW1[k * cols + c]
-        cuda.atomic.add(Z, (r, j0 + c), acc)
+        if SKIP & 16:
+            Z[r, j0 + c] = acc
+        else:
+            cuda.atomic.add(Z, (r, j0 + c), acc)
 
 
 @cuda.jit(device=True)
@@ -170,7 +175,10 @@ def add_logit_share(sH, sW2, B, cols, logits):
         z = float32(0.0)
         for c in range(cols):
             z += sH[r * cols + c] * sW2[c * NC_PAD + o]
-        cuda.atomic.add(logits, (r, o), z)
+        if SKIP & 64:
+            logits[r, o] = z
+        else:
+            cuda.atomic.add(logits, (r, o), z)
 
 
 @cuda.jit(device=True)
@@ -252,10 +260,14 @@ def backward_update(y, B, lr, logits, sRows, sX, sH, sdH, sZ, sW1, sW2, sb1, sb2
     """Phase C: softmax and dZ2 from the complete logits, dH[:, Jb], the SGD step of everything the block owns or
     copies. Ends with a block barrier (the next step overwrites sRows, sX and sH)."""
     C = logits.shape[1]
-    softmax_grad(logits, sb2, y, sRows, B, sZ, losses, step, record)
-    hidden_grads(sZ, sW2, sH, B, cols, C, sdH)
-    update_copies(sZ, sH, sdH, B, cols, C, lr, sW2, sb1, sb2)
-    update_tile(sX, sdH, B, ks, cols, lr, sW1)
+    if not SKIP & 128:
+        softmax_grad(logits, sb2, y, sRows, B, sZ, losses, step, record and not SKIP & 1)
+    if not SKIP & 8:
+        hidden_grads(sZ, sW2, sH, B, cols, C, sdH)
+    if not SKIP & 2:
+        update_copies(sZ, sH, sdH, B, cols, C, lr, sW2, sb1, sb2)
+    if not SKIP & 4:
+        update_tile(sX, sdH, B, ks, cols, lr, sW1)
     cuda.syncthreads()
 
 

@@ -36,7 +36,7 @@ perm_d = cuda.to_device(perm)
 # 1. the same function as the NumPy twin, every mode, 20 steps at full size
 steps = 20
 want_losses, want = sgd_epoch_ref(X, y, perm[:steps * B], init_params(HIDDEN, 0).to_host(), B, LR)
-for mode in ("phases", "step", "epoch"):
+for mode in () if "--fast" in sys.argv else ("phases", "step", "epoch"):
     q = init_params(HIDDEN, 0)
     losses = FusedTrainer(q, B, LR, mode=mode).epoch(X_d, y_d, perm_d[:steps * B],
                                                     cuda.device_array(steps, np.float32)).copy_to_host()
@@ -47,8 +47,8 @@ for mode in ("phases", "step", "epoch"):
 
 # 2. ms per epoch
 losses = cuda.device_array(n // B, np.float32)
-for threads in (256, 512):
-    for blocks in (128, 64):
+for threads in ((512,) if "--fast" in sys.argv else (256, 512)):
+    for blocks in ((128,) if "--fast" in sys.argv else (128, 64)):
         try:
             trainer = FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="epoch", threads=threads, blocks=blocks)
         except ValueError as e:              # e.g. COLS_MAX=1 with fewer blocks than hidden units
@@ -66,7 +66,7 @@ for threads in (256, 512):
 
 # 3. each phase alone: a graph of `reps` launches of it, replayed once
 from course.graphs import Graph, graph_support
-if graph_support() is None:
+if graph_support() is None and "--no-phases" not in sys.argv:
     trainer = FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="phases")
     ix, loss1 = cuda.to_device(perm[:B]), cuda.to_device(np.zeros(1, np.float32))
     reps = 200
