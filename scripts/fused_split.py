@@ -20,7 +20,7 @@ import math
 import time
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, int32, uint64
 
 import course
 from course.grad import mlp_grads_ref, mlp_loss_ref
@@ -63,6 +63,49 @@ def sgd_epoch_ref(X, y, perm, params, batch_size, lr):
         for name in p:
             p[name] -= lr * g[name]
     return np.array(losses), p
+
+
+@cuda.jit(device=True)
+def dot(a, ia, da, b, ib, db, n):
+    """sum over s < n of a[ia + s * da] * b[ib + s * db]: four sums in flight (a chain of dependent adds waits on
+    every load), unsigned indices (numba then skips its negative-index check)."""
+    i, di, k, dk = uint64(ia), uint64(da), uint64(ib), uint64(db)
+    s0 = float32(0.0)
+    s1 = float32(0.0)
+    s2 = float32(0.0)
+    s3 = float32(0.0)
+    for _ in range(n // 4):
+        s0 += a[i] * b[k]
+        s1 += a[i + di] * b[k + dk]
+        s2 += a[i + di + di] * b[k + dk + dk]
+        s3 += a[i + di + di + di] * b[k + dk + dk + dk]
+        i += di + di + di + di
+        k += dk + dk + dk + dk
+    for _ in range(n % 4):
+        s0 += a[i] * b[k]
+        i += di
+        k += dk
+    return (s0 + s1) + (s2 + s3)
+
+
+@cuda.jit(device=True)
+def strided_sum(a, ia, da, n):
+    """sum over s < n of a[ia + s * da], four sums in flight."""
+    i, di = uint64(ia), uint64(da)
+    s0 = float32(0.0)
+    s1 = float32(0.0)
+    s2 = float32(0.0)
+    s3 = float32(0.0)
+    for _ in range(n // 4):
+        s0 += a[i]
+        s1 += a[i + di]
+        s2 += a[i + di + di]
+        s3 += a[i + di + di + di]
+        i += di + di + di + di
+    for _ in range(n % 4):
+        s0 += a[i]
+        i += di
+    return (s0 + s1) + (s2 + s3)
 
 
 @cuda.jit(device=True)
@@ -143,9 +186,7 @@ def add_partial_sums(sX, sW1, B, ks, j0, cols, Z):
     for v in range(cuda.threadIdx.x, B * cols, cuda.blockDim.x):
         r = v // cols
         c = v - r * cols
-        acc = float32(0.0)
-        for k in range(ks):
-            acc += sX[r * ks + k] * sW1[k * cols + c]
+        acc = dot(sX, r * ks, 1, sW1, c, cols, ks)
         if SKIP & 16:
             Z[r, j0 + c] = acc
         else:
@@ -172,9 +213,7 @@ def add_logit_share(sH, sW2, B, cols, logits):
         i = v // C
         o = v - i * C
         r = cuda.blockIdx.y + i * ny
-        z = float32(0.0)
-        for c in range(cols):
-            z += sH[r * cols + c] * sW2[c * NC_PAD + o]
+        z = dot(sH, r * cols, 1, sW2, o, NC_PAD, cols)
         if SKIP & 64:
             logits[r, o] = z
         else:
@@ -186,21 +225,26 @@ def softmax_grad(logits, sb2, y, sRows, B, sZ, losses, step, record):
     """sZ[r * NC_PAD + o] = dZ2[r, o] = (softmax(logits[r] + b2)[o] - [o == y[r]]) / B, one thread per row r; when
     `record`, the row's loss / B is added to losses[step]."""
     C = logits.shape[1]
+    z = cuda.local.array(NC_PAD, float32)        # registers: the row's logits + b2
     for r in range(cuda.threadIdx.x, B, cuda.blockDim.x):
+        for o in range(NC_PAD):                  # every load first: the padding repeats class C - 1 (no branches)
+            z[o] = logits[r, min(o, C - 1)] + sb2[min(o, C - 1)]
         label = y[sRows[r]]
-        m = logits[r, 0] + sb2[0]
-        for o in range(1, C):
-            m = max(m, logits[r, o] + sb2[o])
+        m = z[0]
+        zl = z[0]                                # the label's logit (a register: no indexing by a variable)
+        for o in range(1, NC_PAD):
+            m = max(m, z[o])
+            zl = z[o] if o == label else zl
         s = float32(0.0)
-        for o in range(C):
-            e = math.exp(logits[r, o] + sb2[o] - m)
-            sZ[r * NC_PAD + o] = e                # the numerator, for now
-            s += e
-        for o in range(C):
+        for o in range(NC_PAD):
+            z[o] = math.exp(z[o] - m) if o < C else float32(0.0)
+            s += z[o]
+        for o in range(NC_PAD):
             onehot = float32(1.0) if o == label else float32(0.0)
-            sZ[r * NC_PAD + o] = (sZ[r * NC_PAD + o] / s - onehot) / float32(B)
+            if o < C:
+                sZ[r * NC_PAD + o] = (z[o] / s - onehot) / float32(B)
         if record:
-            cuda.atomic.add(losses, step, (math.log(s) - (logits[r, label] + sb2[label] - m)) / float32(B))
+            cuda.atomic.add(losses, step, (math.log(s) - (zl - m)) / float32(B))
     cuda.syncthreads()
 
 
@@ -210,9 +254,7 @@ def hidden_grads(sZ, sW2, sH, B, cols, C, sdH):
     for v in range(cuda.threadIdx.x, B * cols, cuda.blockDim.x):
         r = v // cols
         c = v - r * cols
-        acc = float32(0.0)
-        for o in range(C):
-            acc += sZ[r * NC_PAD + o] * sW2[c * NC_PAD + o]
+        acc = dot(sZ, r * NC_PAD, 1, sW2, c * NC_PAD, 1, C)
         sdH[v] = acc if sH[v] > float32(0.0) else float32(0.0)
     cuda.syncthreads()
 
@@ -223,23 +265,14 @@ def update_copies(sZ, sH, sdH, B, cols, C, lr, sW2, sb1, sb2):
     sums of dH) and b2 (column sums of dZ2): one thread per parameter, a sum over the batch each."""
     n2 = cols * C
     for v in range(cuda.threadIdx.x, n2 + cols + C, cuda.blockDim.x):
-        acc = float32(0.0)
         if v < n2:                               # W2[j0 + c, o]
             c = v // C
             o = v - c * C
-            for r in range(B):
-                acc += sH[r * cols + c] * sZ[r * NC_PAD + o]
-            sW2[c * NC_PAD + o] -= lr * acc
+            sW2[c * NC_PAD + o] -= lr * dot(sH, c, cols, sZ, o, NC_PAD, B)
         elif v < n2 + cols:                      # b1[j0 + c]
-            c = v - n2
-            for r in range(B):
-                acc += sdH[r * cols + c]
-            sb1[c] -= lr * acc
+            sb1[v - n2] -= lr * strided_sum(sdH, v - n2, cols, B)
         else:                                    # b2[o]
-            o = v - n2 - cols
-            for r in range(B):
-                acc += sZ[r * NC_PAD + o]
-            sb2[o] -= lr * acc
+            sb2[v - n2 - cols] -= lr * strided_sum(sZ, v - n2 - cols, NC_PAD, B)
 
 
 @cuda.jit(device=True)
@@ -249,10 +282,7 @@ def update_tile(sX, sdH, B, ks, cols, lr, sW1):
     for v in range(cuda.threadIdx.x, ks * cols, cuda.blockDim.x):
         k = v // cols
         c = v - k * cols
-        acc = float32(0.0)
-        for r in range(B):
-            acc += sX[r * ks + k] * sdH[r * cols + c]
-        sW1[v] -= lr * acc
+        sW1[v] -= lr * dot(sX, k, ks, sdH, c, cols, B)
 
 
 @cuda.jit(device=True)
