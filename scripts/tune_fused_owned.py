@@ -47,7 +47,7 @@ for mode in () if "--fast" in sys.argv else ("phases", "step", "epoch"):
 
 # 2. ms per epoch
 losses = cuda.device_array(n // B, np.float32)
-for threads in ((512, 1024) if "--fast" in sys.argv else (256, 512, 1024)):
+for threads in ((fused.THREADS,) if "--fast" in sys.argv else (256, 512, 1024)):
     for blocks in ((128,) if "--fast" in sys.argv else (128, 64)):
         try:
             trainer = FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="epoch", threads=threads, blocks=blocks)
