@@ -5,7 +5,7 @@ time of each phase alone (a CUDA graph of 200 launches of one phase, replayed), 
 epochs against the plain loop.
 
 Usage: python scripts/tune_fused_owned.py [--module=fused_split] [--quick] [--fast] [--no-phases] [NAME=VALUE ...]
-  --quick: no accuracy run; --fast: the module's THREADS and 128 blocks only, no check against the twin;
+  --quick: no accuracy run; --fast: the module's THREADS and BLOCKS only, no check against the twin;
   --no-phases: no phase-alone graphs; NAME=VALUE sets a constant of the module before anything compiles, e.g.
   UNROLL=16, or fused_split's SKIP=4 (timing only: skips a part of the step, the results are wrong)."""
 import sys
@@ -52,7 +52,7 @@ for mode in () if "--fast" in sys.argv else ("phases", "step", "epoch"):
 # 2. ms per epoch
 losses = cuda.device_array(n // B, np.float32)
 for threads in ((fused.THREADS,) if "--fast" in sys.argv else (256, 512, 1024)):
-    for blocks in ((128,) if "--fast" in sys.argv else (128, 64)):
+    for blocks in ((fused.BLOCKS,) if "--fast" in sys.argv else (128, 64)):
         try:
             trainer = FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="epoch", threads=threads, blocks=blocks)
         except ValueError as e:              # e.g. COLS_MAX=1 with fewer blocks than hidden units
