@@ -202,3 +202,49 @@ def test_the_cuda_swap_for_device_functions_lasts_until_the_last_thread_leaves()
     ta, tb = threading.Thread(target=a), threading.Thread(target=b)
     ta.start(), tb.start(), ta.join(), tb.join()
     assert seen["inside"] is fake and mod.cuda is cuda
+
+
+@cuda.jit
+def _block_reverse(x, out, stop):
+    """Each block reverses its slice of x through shared memory; threads >= stop return before the barrier."""
+    s = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    i = cuda.blockIdx.x * cuda.blockDim.x + t
+    if t >= stop:
+        return                          # a thread that leaves no longer counts at the barrier (as on a GPU)
+    s[t] = x[i]
+    cuda.syncthreads()
+    out[i] = s[stop - 1 - t]
+    cuda.syncthreads()                  # a second barrier, reached by the live threads only
+
+
+@cuda.jit
+def _raise_in_one_thread(out):
+    if cuda.threadIdx.x == 5:
+        raise ValueError("thread 5")
+    cuda.syncthreads()
+    out[cuda.threadIdx.x] = 1.0
+
+
+@sim_only
+def test_the_simulators_pooled_blocks_keep_barriers_exits_and_aborts():
+    import threading
+    x = np.random.default_rng(0).standard_normal(3 * 64).astype(np.float32)
+    for stop in (64, 40):               # every thread at the barriers; 24 threads per block gone before them
+        out = np.zeros_like(x)
+        _block_reverse[3, 64](x, out, stop)
+        want = np.zeros_like(x)
+        for b in range(3):
+            want[b * 64:b * 64 + stop] = x[b * 64:b * 64 + stop][::-1]
+        assert np.array_equal(out, want), stop
+    Worker = device.internals()[1]._CourseWorker
+    workers = lambda: {t for t in threading.enumerate() if isinstance(t, Worker)}
+    before = workers()
+    _block_reverse[3, 64](x, np.zeros_like(x), 64)
+    assert len(before) >= 64 and workers() == before   # the next launch reuses the block's 64 threads
+    with pytest.raises(ValueError, match=r"tid=\[5, 0, 0\] ctaid=\[0, 0, 0\]: thread 5"):
+        _raise_in_one_thread[1, 64](np.zeros(64, np.float32))
+    device.settle_simulator(_raise_in_one_thread, timeout=10)   # the aborted block's threads unwind
+    out = np.zeros_like(x)
+    _block_reverse[3, 64](x, out, 64)                 # and the next launch runs on fresh threads
+    assert np.array_equal(out[:64], x[:64][::-1])
