@@ -56,3 +56,11 @@ def rejects(check, wrong, exercise, says, *args, **kw):
     assert "Hint:" in msg or "cannot run" in msg, msg
     assert any(s in msg for s in says), msg
     return msg
+
+
+def mutated(fn, *edits):
+    """fn with each (old, new) of edits applied in turn by `mutant` (each `old` must occur exactly once): a planted
+    bug that touches two places, e.g. moves a statement."""
+    for old, new in edits:
+        fn = mutant(fn, old, new)
+    return fn
