@@ -59,8 +59,8 @@ def rejects(check, wrong, exercise, says, *args, **kw):
 
 
 def mutated(fn, *edits):
-    """fn with each (old, new) of edits applied in turn by `mutant` (each `old` must occur exactly once): a planted
-    bug that touches two places, e.g. moves a statement."""
-    for old, new in edits:
-        fn = mutant(fn, old, new)
+    """fn with each edit (old, new) or (old, new, count) applied in turn by `mutant`: a planted bug that touches
+    two places, e.g. moves a statement."""
+    for old, new, *count in edits:
+        fn = mutant(fn, old, new, *count)
     return fn
