@@ -87,7 +87,8 @@ PLAIN_ADD = ("cuda.atomic.add(total, 0, s[0])", "total[0] += s[0]")  # a race be
     # threads past the end leave their cell as it was: garbage on a GPU, NaN in the check
     bug("no zero padding", ["NaN"], ("s[tid] = np.float32(0.0)", "pass")),
     # rounds down: at an odd step, cell step - 1 is never added
-    bug("half rounds down", ["round down"], ("(step + 1) // 2", "step // 2"), ("if tid + half < step:", "if tid < half:")),
+    bug("half rounds down", ["round down"], ("(step + 1) // 2", "step // 2"),
+        ("if tid + half < step:", "if tid < half:")),
     # the last block to finish wins; the start value and every other block are lost
     bug("overwrites total", ["overwritten"], ("cuda.atomic.add(total, 0, s[0])", "total[0] = s[0]")),
     # the caller's job; here it also races with blocks that already added their sum
