@@ -17,10 +17,11 @@ import course  # noqa: F401
 os.environ.setdefault("COURSE_MINE_DIR", os.path.join(tempfile.mkdtemp(prefix="course-mine-"), "mine"))
 
 
-def mutant(fn, old, new, count=1):
+def mutant(fn, old, new, count=1, scope=None):
     """A copy of fn (a @cuda.jit kernel or device function, or a plain function) whose source (without its
     docstring) has `old` replaced by `new`; `old` must occur exactly `count` times (default once), so a planted
-    bug cannot silently miss its target. The copy runs in fn's own globals, and is re-jitted with cuda.jit if fn was a kernel."""
+    bug cannot silently miss its target. The copy runs in fn's own globals (plus the names in `scope`, e.g. a mutated
+    device function for it to call), and is re-jitted with cuda.jit if fn was a kernel."""
     from numba import cuda
     py = getattr(fn, "py_func", fn)
     src = textwrap.dedent(inspect.getsource(py))
@@ -32,11 +33,12 @@ def mutant(fn, old, new, count=1):
     found = src.count(old)
     assert found == count, f"{old!r} occurs {found} times in {py.__name__}, expected {count}"
     src = src.replace(old, new)
-    scope = {}
     name = f"<mutant of {py.__name__}: {old!r} -> {new!r}>"
     linecache.cache[name] = (len(src), None, src.splitlines(True), name)  # inspect.getsource works, as in Jupyter
-    exec(compile(src, name, "exec"), py.__globals__, scope)
-    out = scope[py.__name__]
+    names = py.__globals__ if scope is None else {**py.__globals__, **scope}
+    made = {}
+    exec(compile(src, name, "exec"), names, made)
+    out = made[py.__name__]
     out.__name__ = py.__name__
     if hasattr(fn, "py_func"):
         device = getattr(fn, "_device", None)  # the simulator's kernels
@@ -56,3 +58,11 @@ def rejects(check, wrong, exercise, says, *args, **kw):
     assert "Hint:" in msg or "cannot run" in msg, msg
     assert any(s in msg for s in says), msg
     return msg
+
+
+def mutated(fn, *edits):
+    """fn with each edit (old, new) or (old, new, count) applied in turn by `mutant`: a planted bug that touches
+    two places, e.g. moves a statement."""
+    for old, new, *count in edits:
+        fn = mutant(fn, old, new, *count)
+    return fn

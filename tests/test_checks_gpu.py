@@ -4,6 +4,7 @@ failing at cuMemAlloc; and a fault from a launch outside any check is noticed at
 in a fresh Python process, since the context cannot be repaired. (In the simulator the same logic is tested with a
 simulated error: tests/test_checks_core.py.)"""
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.skipif(course.SIMULATOR, reason="needs a GPU: the simul
 
 PRELUDE = """
 import json
+import sys
 import numpy as np
 import course
 from numba import cuda
@@ -24,12 +26,10 @@ from course.checks import data as c01
 from course.checks import forward as c02
 from course.forward import matmul_v1_kernel
 from course.scale import scale_kernel
+sys.path.insert(0, TESTS)
+from conftest import mutant
 
-@cuda.jit
-def scale_far_away(x, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i + (1 << 38)] = x[i] / np.float32(255.0)   # a terabyte past the array: an illegal address
+scale_far_away = mutant(scale_kernel, "out[i] = ", "out[i + (1 << 38)] = ")  # a terabyte past: an illegal address
 
 def attempt(check, fn):
     try:
@@ -44,7 +44,7 @@ def attempt(check, fn):
 
 def run(body):
     """Run PRELUDE + body in a fresh interpreter; body prints one JSON line."""
-    src = PRELUDE + textwrap.dedent(body)
+    src = f"TESTS = {os.path.dirname(os.path.abspath(__file__))!r}\n" + PRELUDE + textwrap.dedent(body)
     out = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=300)
     lines = [line for line in out.stdout.splitlines() if line.startswith("[")]
     assert lines, f"exit code {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"

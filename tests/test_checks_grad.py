@@ -1,6 +1,6 @@
 """Notebook 04's checks pass the solutions and reject planted wrong kernels (forgotten / B among them)."""
 import pytest
-from numba import cuda, float32
+from conftest import mutant
 
 from course.checks import CheckFailure
 from course.checks import grad as checks
@@ -13,75 +13,42 @@ def test_solutions_pass():
     checks.check_dhidden_kernel(dhidden_kernel)
 
 
-def make_dlogits(divide=True, by_block=False, onehot_by_row=False, guard=True, skip_last=False):
-    @cuda.jit
-    def kernel(probs, y, dZ):
-        j, r = cuda.grid(2)
-        if not guard or (r < dZ.shape[0] - (1 if skip_last else 0) and j < dZ.shape[1]):
-            target = y[r % y.shape[0]]
-            hit = (r % dZ.shape[1] == target) if onehot_by_row else (j == target)
-            g = probs[r, j] - (float32(1.0) if hit else float32(0.0))
-            if divide:
-                g /= float32(cuda.blockDim.y if by_block else probs.shape[0])
-            dZ[r, j] = g
-    return kernel
+# --- planted wrong answers: each a mutation of the solution (tests/conftest.py: mutant), one row per bug ----
 
-
-@pytest.mark.parametrize("mistake", [dict(divide=False), dict(by_block=True), dict(onehot_by_row=True),
-                                     dict(guard=False), dict(skip_last=True)], ids=str)
-def test_dlogits_check_rejects(mistake):
+@pytest.mark.parametrize("old, new", [
+    pytest.param(" / float32(probs.shape[0])", "", id="forgot / batch_size"),
+    pytest.param("float32(probs.shape[0])", "float32(cuda.blockDim.y)", id="/ block size, not batch size"),
+    pytest.param("if j == y[r]", "if r % dZ.shape[1] == y[r]", id="one-hot by row"),
+    pytest.param("if r < dZ.shape[0] and j < dZ.shape[1]:", "if True:", id="no bounds guard"),
+    pytest.param("r < dZ.shape[0]", "r < dZ.shape[0] - 1", id="skips the last row"),
+])
+def test_dlogits_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 4.1 failed"):
-        checks.check_dlogits_kernel(make_dlogits(**mistake))
+        checks.check_dlogits_kernel(mutant(dlogits_kernel, old, new))
 
 
-def make_tn(transpose=True, guard=True, axes_swapped=False, short_loop=False):
-    @cuda.jit
-    def kernel(A, B, C):
-        if axes_swapped:
-            i, j = cuda.grid(2)
-        else:
-            j, i = cuda.grid(2)
-        if not guard or (i < C.shape[0] and j < C.shape[1]):
-            acc = float32(0.0)
-            for r in range(A.shape[0] - (1 if short_loop else 0)):
-                a = A[r, i] if transpose else A[i % A.shape[0], r % A.shape[1]]
-                acc += a * B[r, j]
-            C[i, j] = acc
-    return kernel
-
-
-@pytest.mark.parametrize("mistake", [dict(transpose=False), dict(guard=False), dict(axes_swapped=True),
-                                     dict(short_loop=True)], ids=str)
-def test_matmul_tn_check_rejects(mistake):
+@pytest.mark.parametrize("old, new", [
+    pytest.param("A[r, i]", "A[i % A.shape[0], r % A.shape[1]]", id="A not transposed"),
+    pytest.param("if i < C.shape[0] and j < C.shape[1]:", "if True:", id="no bounds guard"),
+    pytest.param("j, i = cuda.grid(2)", "i, j = cuda.grid(2)", id="axes swapped"),
+    pytest.param("range(A.shape[0])", "range(A.shape[0] - 1)", id="off by one in the sum"),
+])
+def test_matmul_tn_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 4.2 failed"):
-        checks.check_matmul_tn_kernel(make_tn(**mistake))
+        checks.check_matmul_tn_kernel(mutant(matmul_tn_kernel, old, new))
 
 
-def make_dhidden(mask="strict", transpose=True, write_masked=True):
-    @cuda.jit
-    def kernel(dZ, W, H, dH):
-        i, r = cuda.grid(2)
-        if r < dH.shape[0] and i < dH.shape[1]:
-            acc = float32(0.0)
-            for j in range(dZ.shape[1]):
-                acc += dZ[r, j] * (W[i, j] if transpose else W[j % W.shape[0], i % W.shape[1]])
-            if mask == "strict":
-                on = H[r, i] > 0
-            elif mask == "ge":
-                on = H[r, i] >= 0
-            elif mask == "dZ":
-                on = dZ[r, i % dZ.shape[1]] > 0
-            else:
-                on = True
-            if on:
-                dH[r, i] = acc
-            elif write_masked:
-                dH[r, i] = float32(0.0)
-    return kernel
+ON = "H[r, i] > float32(0.0)"
 
 
-@pytest.mark.parametrize("mistake", [dict(mask="ge"), dict(mask="none"), dict(mask="dZ"), dict(transpose=False),
-                                     dict(write_masked=False)], ids=str)
-def test_dhidden_check_rejects(mistake):
+@pytest.mark.parametrize("old, new", [
+    pytest.param(ON, "H[r, i] >= float32(0.0)", id="mask H >= 0"),
+    pytest.param(f"if {ON}:", "if True:", id="no ReLU mask"),
+    pytest.param("H[r, i] >", "dZ[r, i % dZ.shape[1]] >", id="mask from dZ"),
+    pytest.param("W[i, j]", "W[j % W.shape[0], i % W.shape[1]]", id="W not transposed"),
+    # masked elements are left unwritten instead of 0
+    pytest.param("dH[r, i] = acc", f"if {ON}:\n            dH[r, i] = acc", id="masked left unwritten"),
+])
+def test_dhidden_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 4.3 failed"):
-        checks.check_dhidden_kernel(make_dhidden(**mistake))
+        checks.check_dhidden_kernel(mutant(dhidden_kernel, old, new))

@@ -1,9 +1,7 @@
 """Notebook 07's checks pass the solutions and reject each planted wrong answer."""
-from math import prod
-
 import numpy as np
 import pytest
-from conftest import rejects
+from conftest import mutant, mutated, rejects
 from numba import cuda
 
 from course import landscape as LS
@@ -23,85 +21,27 @@ NAN = ["NaN", "never written"]
 WRONG = ["expected"]
 
 
-# --- planted wrong answers for Exercise 7.1 (combine) ------------------------------------------------------
+# --- planted wrong answers: each a mutation of the solution (tests/conftest.py: mutant), one row per bug ----
 
-@cuda.jit
-def combine_no_guard(theta, d1, d2, a, b, out):
-    i = cuda.grid(1)
-    out[i] = theta[i] + a * d1[i] + b * d2[i]
+def bug(id, says, *edits):
+    return pytest.param(edits, says, id=id)
 
 
-@cuda.jit
-def combine_off_by_one(theta, d1, d2, a, b, out):
-    i = cuda.grid(1)
-    if i <= out.size:
-        out[i] = theta[i] + a * d1[i] + b * d2[i]
-
-
-@cuda.jit
-def combine_swapped_coefficients(theta, d1, d2, a, b, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = theta[i] + b * d1[i] + a * d2[i]
-
-
-@cuda.jit
-def combine_a_twice(theta, d1, d2, a, b, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = theta[i] + a * d1[i] + a * d2[i]    # the wrong coefficient on the second direction
-
-
-@cuda.jit
-def combine_forgets_theta(theta, d1, d2, a, b, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * d1[i] + b * d2[i]
-
-
-@cuda.jit
-def combine_minus(theta, d1, d2, a, b, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = theta[i] + a * d1[i] - b * d2[i]
-
-
-@cuda.jit
-def combine_leaves_last(theta, d1, d2, a, b, out):
-    i = cuda.grid(1)
-    if i < out.size - 1:
-        out[i] = theta[i] + a * d1[i] + b * d2[i]
-
-
-@cuda.jit
-def combine_block_only(theta, d1, d2, a, b, out):
-    i = cuda.threadIdx.x                              # forgets blockIdx
-    if i < out.size:
-        out[i] = theta[i] + a * d1[i] + b * d2[i]
-
-
-@cuda.jit
-def combine_in_place(theta, d1, d2, a, b, out):
-    i = cuda.grid(1)
-    if i < theta.size:
-        theta[i] += a * d1[i] + b * d2[i]            # moves the centre; out is never written
-
-
-@cuda.jit
-def combine_reads_next(theta, d1, d2, a, b, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = theta[i] + a * d1[i + 1] + b * d2[i]
-
-
-@pytest.mark.parametrize("kernel, says", [
-    (combine_no_guard, OOB), (combine_off_by_one, OOB), (combine_swapped_coefficients, WRONG),
-    (combine_a_twice, WRONG), (combine_forgets_theta, WRONG), (combine_minus, WRONG),
-    (combine_leaves_last, NAN), (combine_block_only, NAN), (combine_in_place, ["wrote into its input theta"]),
-    (combine_reads_next, WRONG + NAN + OOB),
+@pytest.mark.parametrize("edits, says", [
+    bug("no bounds guard", OOB, ("if i < out.size:", "if True:")),
+    bug("off by one", OOB, ("i < out.size", "i <= out.size")),
+    bug("swapped coefficients", WRONG, ("a * d1[i] + b * d2[i]", "b * d1[i] + a * d2[i]")),
+    bug("a twice", WRONG, ("b * d2[i]", "a * d2[i]")),  # the wrong coefficient on the second direction
+    bug("forgets theta", WRONG, ("theta[i] + a", "a")),
+    bug("minus b d2", WRONG, ("+ b * d2[i]", "- b * d2[i]")),
+    bug("leaves the last element", NAN, ("i < out.size", "i < out.size - 1")),
+    bug("forgets blockIdx", NAN, ("cuda.grid(1)", "cuda.threadIdx.x")),
+    # moves the centre; out is never written
+    bug("in place into theta", ["wrote into its input theta"], ("out[i] = theta[i] + a", "theta[i] += a")),
+    bug("reads the next d1", WRONG + NAN + OOB, ("d1[i]", "d1[i + 1]")),
 ])
-def test_combine_check_rejects(kernel, says):
-    rejects(checks.check_combine_kernel, kernel, "Exercise 7.1", says)
+def test_combine_check_rejects(edits, says):
+    rejects(checks.check_combine_kernel, mutated(combine_kernel, *edits), "Exercise 7.1", says)
 
 
 def test_combine_cases_are_random_odd_and_varied():
@@ -125,125 +65,43 @@ def test_combine_cases_are_random_odd_and_varied():
 
 # --- planted wrong answers for Exercise 7.2 (projection) ---------------------------------------------------
 
-def _solve(R, d1, d2):
-    D = np.stack([d1, d2], axis=1).astype(np.float64)
-    return np.linalg.solve(D.T @ D, (R @ D).T).T
+CENTRE = "R = np.asarray(snapshots, np.float64) - np.asarray(theta_n, np.float64)"
+SOLVE = "(R @ D).T).T"
 
 
-def project_not_centred(S, theta_n, d1, d2):
-    return _solve(np.asarray(S, np.float64), d1, d2)                      # projects theta_i, not theta_i - theta_n
-
-
-def project_dot_only(S, theta_n, d1, d2):
-    R = np.asarray(S, np.float64) - theta_n
-    return np.stack([R @ d1, R @ d2], axis=1)                            # right only for orthonormal directions
-
-
-def project_each_direction_alone(S, theta_n, d1, d2):
-    R = np.asarray(S, np.float64) - theta_n                              # unit-free, but ignores d1 . d2
-    return np.stack([R @ d1 / (d1 @ d1), R @ d2 / (d2 @ d2)], axis=1)
-
-
-def project_swapped(S, theta_n, d1, d2):
-    return _solve(np.asarray(S, np.float64) - theta_n, d1, d2)[:, ::-1]
-
-
-def project_centred_on_mean(S, theta_n, d1, d2):
-    S = np.asarray(S, np.float64)
-    return _solve(S - S.mean(axis=0), d1, d2)                            # sklearn-style centring
-
-
-def project_transposed(S, theta_n, d1, d2):
-    return _solve(np.asarray(S, np.float64) - theta_n, d1, d2).T          # (2, n)
-
-
-def project_in_place(S, theta_n, d1, d2):
-    S -= theta_n                                                         # changes the caller's snapshots
-    return _solve(S.astype(np.float64), d1, d2)
-
-
-@pytest.mark.parametrize("fn, says", [
-    (project_not_centred, ["snapshots themselves"]), (project_dot_only, WRONG),
-    (project_each_direction_alone, WRONG), (project_swapped, ["swapped"]), (project_centred_on_mean, WRONG),
-    (project_transposed, ["shape"]), (project_in_place, ["changed"]),
+@pytest.mark.parametrize("edits, says", [
+    bug("not centred", ["snapshots themselves"], (" - np.asarray(theta_n, np.float64)", "")),  # projects theta_i
+    # right only for orthonormal directions
+    bug("dot products only", WRONG, ("np.linalg.solve(G, (R @ D).T).T", "R @ D")),
+    bug("each direction alone", WRONG, ("G = D.T @ D", "G = np.diag(np.diag(D.T @ D))")),  # ignores d1 . d2
+    bug("swapped", ["swapped"], (SOLVE, SOLVE + "[:, ::-1]")),
+    bug("centred on the mean", WRONG,  # sklearn-style centring
+        ("- np.asarray(theta_n, np.float64)", "- np.asarray(snapshots, np.float64).mean(axis=0)")),
+    bug("transposed (2, n)", ["shape"], (SOLVE, "(R @ D).T)")),
+    bug("centres the caller's snapshots in place", ["changed"],
+        (CENTRE, "snapshots -= theta_n; R = np.asarray(snapshots, np.float64)")),
 ])
-def test_projection_check_rejects(fn, says):
-    rejects(checks.check_project_to_plane, fn, "Exercise 7.2", says)
+def test_projection_check_rejects(edits, says):
+    rejects(checks.check_project_to_plane, mutated(project_to_plane, *edits), "Exercise 7.2", says)
 
 
 # --- planted wrong answers for Exercise 7.3 (filter normalization) -----------------------------------------
 
-def _normalize(d, theta, layout, ignore_bias=True, axis=0, bias="rule", unit=False, per_layer=False, copy=True):
-    out = np.zeros_like(d) if copy else d
-    for _, shape, o in layout:
-        n = prod(shape)
-        if len(shape) == 1:
-            if bias == "rule":
-                out[o:o + n] = 0.0 if ignore_bias else theta[o:o + n]
-            elif bias == "keep":
-                out[o:o + n] = d[o:o + n]
-            else:
-                out[o:o + n] = bias
-            continue
-        dW, tW = d[o:o + n].reshape(shape), theta[o:o + n].reshape(shape)
-        if per_layer:
-            scale = np.linalg.norm(tW) / np.linalg.norm(dW)
-        else:
-            keep = dict(axis=axis, keepdims=True)
-            scale = (1.0 if unit else np.linalg.norm(tW, **keep)) / (np.linalg.norm(dW, **keep) + 1e-10)
-        out[o:o + n] = (dW * scale).ravel()
-    return out
+BIAS = "0.0 if ignore_bias else theta[o:o + n]"
 
 
-def normalize_rows(d, theta, layout, ignore_bias=True):
-    return _normalize(d, theta, layout, ignore_bias, axis=1)               # PyTorch's (out, in) habit
-
-
-def normalize_keeps_bias(d, theta, layout, ignore_bias=True):
-    return _normalize(d, theta, layout, ignore_bias, bias="keep")          # forgets to zero the biases
-
-
-def normalize_bias_always_zero(d, theta, layout, ignore_bias=True):
-    return _normalize(d, theta, layout, ignore_bias, bias=0.0)             # ignores ignore_bias=False
-
-
-def normalize_unit_columns(d, theta, layout, ignore_bias=True):
-    return _normalize(d, theta, layout, ignore_bias, unit=True)            # forgets the weights' norm
-
-
-def normalize_per_layer(d, theta, layout, ignore_bias=True):
-    return _normalize(d, theta, layout, ignore_bias, per_layer=True)       # one scale for the whole matrix
-
-
-def normalize_in_place(d, theta, layout, ignore_bias=True):
-    return _normalize(d, theta, layout, ignore_bias, copy=False)           # overwrites the caller's d
-
-
-def normalize_returns_theta(d, theta, layout, ignore_bias=True):
-    out = _normalize(d, theta, layout, ignore_bias)
-    for _, shape, o in layout:
-        if len(shape) == 2:
-            out[o:o + prod(shape)] = theta[o:o + prod(shape)]              # right norms, wrong direction
-    return out
-
-
-def normalize_keeps_padding(d, theta, layout, ignore_bias=True):
-    out = _normalize(d, theta, layout, ignore_bias)
-    end = max(o + prod(s) for _, s, o in layout)
-    filled = np.zeros(end, bool)
-    for _, s, o in layout:
-        filled[o:o + prod(s)] = True
-    out[~filled] = 1.0                                                     # garbage between the tensors
-    return out
-
-
-@pytest.mark.parametrize("fn, says", [
-    (normalize_rows, ["ROWS"]), (normalize_keeps_bias, ["all zeros"]), (normalize_bias_always_zero, ["a copy"]),
-    (normalize_unit_columns, ["unit columns"]), (normalize_per_layer, ["norm"]), (normalize_in_place, ["changed"]),
-    (normalize_returns_theta, ["parallel"]), (normalize_keeps_padding, ["padding"]),
+@pytest.mark.parametrize("edits, says", [
+    bug("normalizes rows", ["ROWS"], ("axis=0)", "axis=1, keepdims=True)", 2)),  # PyTorch's (out, in) habit
+    bug("keeps the bias", ["all zeros"], (BIAS, "d[o:o + n]")),                   # forgets to zero the biases
+    bug("bias always zero", ["a copy"], (BIAS, "0.0")),                           # ignores ignore_bias=False
+    bug("unit columns", ["unit columns"], ("np.linalg.norm(tW, axis=0)", "1.0")),  # forgets the weights' norm
+    bug("one scale per layer", ["norm"], ("axis=0", "axis=None", 2)),            # one scale for the whole matrix
+    bug("in place", ["changed"], ("out = np.zeros_like(d)", "out = d")),          # overwrites the caller's d
+    bug("returns theta", ["parallel"], ("(dW * scale).ravel()", "tW.ravel()")),   # right norms, wrong direction
+    bug("garbage in the padding", ["padding"], ("out = np.zeros_like(d)", "out = np.ones_like(d)")),
 ])
-def test_filter_normalize_check_rejects(fn, says):
-    rejects(checks.check_filter_normalize, fn, "Exercise 7.3", says)
+def test_filter_normalize_check_rejects(edits, says):
+    rejects(checks.check_filter_normalize, mutated(filter_normalize, *edits), "Exercise 7.3", says)
 
 
 # --- the machinery ------------------------------------------------------------------------------------
@@ -269,13 +127,11 @@ def test_unimplemented_stubs_raise_the_exercise_message():
 # --- dtypes the specs state, and inputs left alone: one-line mutations of the solutions ---------------------
 
 def test_projection_in_float32_rejected():
-    from conftest import mutant
     wrong = mutant(LS.project_to_plane, "np.float64", "np.float32", count=3)
     rejects(checks.check_project_to_plane, wrong, "Exercise 7.2", ["float64"])
 
 
 def test_projection_that_centres_theta_n_in_place_rejected():
-    from conftest import mutant
     wrong = mutant(LS.project_to_plane, "R = np.asarray(snapshots, np.float64) - np.asarray(theta_n, np.float64)",
                    "R = np.asarray(snapshots, np.float64) - np.asarray(theta_n, np.float64); d1 *= 1")
     wrong2 = mutant(LS.project_to_plane, "G = D.T @ D", "G = D.T @ D; d1 /= 2")
@@ -284,6 +140,5 @@ def test_projection_that_centres_theta_n_in_place_rejected():
 
 
 def test_filter_normalize_returning_float64_rejected():
-    from conftest import mutant
     wrong = mutant(LS.filter_normalize, "out = np.zeros_like(d)", "out = np.zeros_like(d, dtype=np.float64)")
     rejects(checks.check_filter_normalize, wrong, "Exercise 7.3", ["float32"])

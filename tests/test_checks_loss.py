@@ -10,18 +10,15 @@ show them by itself:
   for an atomic on both; the lost additions themselves happen only on a GPU (the check's case with thousands of
   blocks makes them likely there, as notebook 03's race demonstration shows).
 Everything else below fails by value, in the simulator as on a GPU."""
-import math
-
 import numpy as np
 import pytest
-from conftest import rejects
+from conftest import mutant, mutated, rejects
 from numba import cuda
 
 import course
 from course import loss as L
 from course.checks import CheckFailure
 from course.checks import loss as checks
-from course.util import cdiv
 
 
 def test_solutions_pass():
@@ -30,153 +27,34 @@ def test_solutions_pass():
     checks.check_batch_mean(L.batch_mean)
 
 
+# --- planted wrong answers: each a mutation of the solution (tests/conftest.py: mutant), one row per bug ----
+# A row's edits are (old, new) replacements applied in turn to the solution's source.
+
+def bug(id, says, *edits):
+    return pytest.param(edits, says, id=id)
+
+
 # --- Exercise 3.1: planted wrong softmax kernels ----------------------------------------------------------
 
-@cuda.jit
-def softmax_unstable(logits, y, probs, losses):
-    r = cuda.grid(1)
-    if r < logits.shape[0]:
-        s = np.float32(0.0)
-        for c in range(logits.shape[1]):
-            s += math.exp(logits[r, c])  # no max subtracted: exp(100) is inf, a row below -104 sums to 0
-        for c in range(logits.shape[1]):
-            probs[r, c] = math.exp(logits[r, c]) / s
-        losses[r] = math.log(s) - logits[r, y[r]]
-
-
-@cuda.jit
-def softmax_max_starts_at_zero(logits, y, probs, losses):
-    r = cuda.grid(1)
-    if r < logits.shape[0]:
-        m = np.float32(0.0)  # wrong for a row whose logits are all far below 0
-        for c in range(logits.shape[1]):
-            m = max(m, logits[r, c])
-        s = np.float32(0.0)
-        for c in range(logits.shape[1]):
-            s += math.exp(logits[r, c] - m)
-        for c in range(logits.shape[1]):
-            probs[r, c] = math.exp(logits[r, c] - m) / s
-        losses[r] = math.log(s) - (logits[r, y[r]] - m)
-
-
-@cuda.jit
-def softmax_loss_from_prob(logits, y, probs, losses):
-    r = cuda.grid(1)
-    if r < logits.shape[0]:
-        m = logits[r, 0]
-        for c in range(1, logits.shape[1]):
-            m = max(m, logits[r, c])
-        s = np.float32(0.0)
-        for c in range(logits.shape[1]):
-            s += math.exp(logits[r, c] - m)
-        for c in range(logits.shape[1]):
-            probs[r, c] = math.exp(logits[r, c] - m) / s
-        losses[r] = -math.log(max(probs[r, y[r]], np.float32(1e-45)))  # p underflows: -log 0 (or a clamp) is wrong
-
-
-@cuda.jit
-def softmax_no_guard(logits, y, probs, losses):
-    r = cuda.grid(1)
-    m = logits[r, 0]
-    for c in range(1, logits.shape[1]):
-        m = max(m, logits[r, c])
-    s = np.float32(0.0)
-    for c in range(logits.shape[1]):
-        s += math.exp(logits[r, c] - m)
-    for c in range(logits.shape[1]):
-        probs[r, c] = math.exp(logits[r, c] - m) / s
-    losses[r] = math.log(s) - (logits[r, y[r]] - m)
-
-
-@cuda.jit
-def softmax_off_by_one(logits, y, probs, losses):
-    r = cuda.grid(1)
-    if r <= logits.shape[0]:
-        m = logits[r, 0]
-        for c in range(1, logits.shape[1]):
-            m = max(m, logits[r, c])
-        s = np.float32(0.0)
-        for c in range(logits.shape[1]):
-            s += math.exp(logits[r, c] - m)
-        for c in range(logits.shape[1]):
-            probs[r, c] = math.exp(logits[r, c] - m) / s
-        losses[r] = math.log(s) - (logits[r, y[r]] - m)
-
-
-@cuda.jit
-def softmax_skips_last_row(logits, y, probs, losses):
-    r = cuda.grid(1)
-    if r < logits.shape[0] - 1:
-        m = logits[r, 0]
-        for c in range(1, logits.shape[1]):
-            m = max(m, logits[r, c])
-        s = np.float32(0.0)
-        for c in range(logits.shape[1]):
-            s += math.exp(logits[r, c] - m)
-        for c in range(logits.shape[1]):
-            probs[r, c] = math.exp(logits[r, c] - m) / s
-        losses[r] = math.log(s) - (logits[r, y[r]] - m)
-
-
-@cuda.jit
-def softmax_skips_last_column(logits, y, probs, losses):
-    r = cuda.grid(1)
-    if r < logits.shape[0]:
-        C = logits.shape[1] - 1  # off by one in the columns: the last one is neither summed nor written
-        m = logits[r, 0]
-        for c in range(1, C):
-            m = max(m, logits[r, c])
-        s = np.float32(0.0)
-        for c in range(C):
-            s += math.exp(logits[r, c] - m)
-        for c in range(C):
-            probs[r, c] = math.exp(logits[r, c] - m) / s
-        losses[r] = math.log(s) - (logits[r, y[r]] - m)
-
-
-@cuda.jit
-def softmax_loss_forgets_log_s(logits, y, probs, losses):
-    r = cuda.grid(1)
-    if r < logits.shape[0]:
-        m = logits[r, 0]
-        for c in range(1, logits.shape[1]):
-            m = max(m, logits[r, c])
-        s = np.float32(0.0)
-        for c in range(logits.shape[1]):
-            s += math.exp(logits[r, c] - m)
-        for c in range(logits.shape[1]):
-            probs[r, c] = math.exp(logits[r, c] - m) / s
-        losses[r] = m - logits[r, y[r]]
-
-
-@cuda.jit
-def softmax_thread_index_only(logits, y, probs, losses):
-    r = cuda.threadIdx.x  # forgets blockIdx: rows past the first block are never written
-    if r < logits.shape[0]:
-        m = logits[r, 0]
-        for c in range(1, logits.shape[1]):
-            m = max(m, logits[r, c])
-        s = np.float32(0.0)
-        for c in range(logits.shape[1]):
-            s += math.exp(logits[r, c] - m)
-        for c in range(logits.shape[1]):
-            probs[r, c] = math.exp(logits[r, c] - m) / s
-        losses[r] = math.log(s) - (logits[r, y[r]] - m)
-
-
-@pytest.mark.parametrize("kernel, says", [
-    (softmax_unstable, ["overflowed", "log of 0"]),     # fails only on the large-logit cases
-    (softmax_max_starts_at_zero, ["overflowed", "log of 0"]),  # fails only on the rows far below 0
-    (softmax_loss_from_prob, ["overflowed"]),           # fails only where z_y is far below the max
-    (softmax_no_guard, ["outside the output", "out-of-bounds"]),
-    (softmax_off_by_one, ["outside the output", "out-of-bounds"]),
-    (softmax_skips_last_row, ["never written"]),
-    (softmax_skips_last_column, ["never written"]),
-    (softmax_loss_forgets_log_s, ["expected"]),
-    (softmax_thread_index_only, ["never written"]),
+@pytest.mark.parametrize("edits, says", [
+    # no max subtracted: exp(100) is inf, a row below -104 sums to 0; fails only on the large-logit cases
+    bug("no max subtracted", ["overflowed", "log of 0"], ("] - m)", "])", 3)),
+    # wrong for a row whose logits are all far below 0; fails only on those rows
+    bug("max starts at 0", ["overflowed", "log of 0"], ("m = logits[r, 0]", "m = np.float32(0.0)"),
+        ("for c in range(1, C):", "for c in range(C):")),
+    # p underflows: -log 0 (or a clamp) is wrong; fails only where z_y is far below the max
+    bug("loss from -log p", ["overflowed"],
+        ("math.log(s) - (logits[r, label] - m)", "-math.log(max(probs[r, label], np.float32(1e-45)))")),
+    bug("no bounds guard", ["outside the output", "out-of-bounds"], ("if r < logits.shape[0]:", "if True:")),
+    bug("off by one", ["outside the output", "out-of-bounds"], ("r < logits.shape[0]", "r <= logits.shape[0]")),
+    bug("skips the last row", ["never written"], ("r < logits.shape[0]", "r < logits.shape[0] - 1")),
+    # off by one in the columns: the last one is neither summed nor written
+    bug("skips the last column", ["never written"], ("C = logits.shape[1]", "C = logits.shape[1] - 1")),
+    bug("loss forgets log s", ["expected"], ("math.log(s) - (logits[r, label] - m)", "m - logits[r, label]")),
+    bug("forgets blockIdx", ["never written"], ("cuda.grid(1)", "cuda.threadIdx.x")),  # rows past block 0
 ])
-def test_softmax_check_rejects(kernel, says):
-    rejects(checks.check_softmax_xent_kernel, kernel, "Exercise 3.1", says)
+def test_softmax_check_rejects(edits, says):
+    rejects(checks.check_softmax_xent_kernel, mutated(L.softmax_xent_kernel, *edits), "Exercise 3.1", says)
 
 
 def test_softmax_check_cases_are_random_odd_and_include_large_logits(monkeypatch):
@@ -197,221 +75,42 @@ def test_softmax_check_cases_are_random_odd_and_include_large_logits(monkeypatch
 
 # --- Exercise 3.2: planted wrong reductions ---------------------------------------------------------------
 
-MAX_BLOCK = L.MAX_BLOCK
+LOAD_BARRIER = "    cuda.syncthreads()                                    # every cell"
+BARRIER = "            s[tid] += s[tid + half]\n        cuda.syncthreads()"
+NO_SYNC_IN_TREE = (BARRIER, "            s[tid] += s[tid + half]\n        pass")
+PLAIN_ADD = ("cuda.atomic.add(total, 0, s[0])", "total[0] += s[0]")  # a race between blocks on a GPU only
 
 
-@cuda.jit
-def sum_no_guard(x, total):
-    s = cuda.shared.array(MAX_BLOCK, np.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    s[tid] = x[i]  # threads past the end read outside x
-    cuda.syncthreads()
-    step = cuda.blockDim.x
-    while step > 1:
-        half = (step + 1) // 2
-        if tid + half < step:
-            s[tid] += s[tid + half]
-        cuda.syncthreads()
-        step = half
-    if tid == 0:
-        cuda.atomic.add(total, 0, s[0])
-
-
-@cuda.jit
-def sum_off_by_one(x, total):
-    s = cuda.shared.array(MAX_BLOCK, np.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    if i <= x.size:
-        s[tid] = x[i]
-    else:
-        s[tid] = np.float32(0.0)
-    cuda.syncthreads()
-    step = cuda.blockDim.x
-    while step > 1:
-        half = (step + 1) // 2
-        if tid + half < step:
-            s[tid] += s[tid + half]
-        cuda.syncthreads()
-        step = half
-    if tid == 0:
-        cuda.atomic.add(total, 0, s[0])
-
-
-@cuda.jit
-def sum_no_zero_padding(x, total):
-    s = cuda.shared.array(MAX_BLOCK, np.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    if i < x.size:
-        s[tid] = x[i]  # threads past the end leave their cell as it was: garbage on a GPU, NaN in the check
-    cuda.syncthreads()
-    step = cuda.blockDim.x
-    while step > 1:
-        half = (step + 1) // 2
-        if tid + half < step:
-            s[tid] += s[tid + half]
-        cuda.syncthreads()
-        step = half
-    if tid == 0:
-        cuda.atomic.add(total, 0, s[0])
-
-
-@cuda.jit
-def sum_no_sync_after_load(x, total):
-    s = cuda.shared.array(MAX_BLOCK, np.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    if i < x.size:
-        s[tid] = x[i]
-    else:
-        s[tid] = np.float32(0.0)
-    step = cuda.blockDim.x  # missing: cuda.syncthreads()
-    while step > 1:
-        half = (step + 1) // 2
-        if tid + half < step:
-            s[tid] += s[tid + half]
-        cuda.syncthreads()
-        step = half
-    if tid == 0:
-        cuda.atomic.add(total, 0, s[0])
-
-
-@cuda.jit
-def sum_no_sync_in_tree(x, total):
-    s = cuda.shared.array(MAX_BLOCK, np.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    if i < x.size:
-        s[tid] = x[i]
-    else:
-        s[tid] = np.float32(0.0)
-    cuda.syncthreads()
-    step = cuda.blockDim.x
-    while step > 1:
-        half = (step + 1) // 2
-        if tid + half < step:
-            s[tid] += s[tid + half]
-        step = half  # missing: cuda.syncthreads()
-    if tid == 0:
-        cuda.atomic.add(total, 0, s[0])
-
-
-@cuda.jit
-def sum_drops_odd_tail(x, total):
-    s = cuda.shared.array(MAX_BLOCK, np.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    if i < x.size:
-        s[tid] = x[i]
-    else:
-        s[tid] = np.float32(0.0)
-    cuda.syncthreads()
-    step = cuda.blockDim.x
-    while step > 1:
-        half = step // 2  # rounds down: at an odd step, cell step - 1 is never added
-        if tid < half:
-            s[tid] += s[tid + half]
-        cuda.syncthreads()
-        step = half
-    if tid == 0:
-        cuda.atomic.add(total, 0, s[0])
-
-
-@cuda.jit
-def sum_overwrites_total(x, total):
-    s = cuda.shared.array(MAX_BLOCK, np.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    if i < x.size:
-        s[tid] = x[i]
-    else:
-        s[tid] = np.float32(0.0)
-    cuda.syncthreads()
-    step = cuda.blockDim.x
-    while step > 1:
-        half = (step + 1) // 2
-        if tid + half < step:
-            s[tid] += s[tid + half]
-        cuda.syncthreads()
-        step = half
-    if tid == 0:
-        total[0] = s[0]  # the last block to finish wins; the start value and every other block are lost
-
-
-@cuda.jit
-def sum_plain_add(x, total):
-    s = cuda.shared.array(MAX_BLOCK, np.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    if i < x.size:
-        s[tid] = x[i]
-    else:
-        s[tid] = np.float32(0.0)
-    cuda.syncthreads()
-    step = cuda.blockDim.x
-    while step > 1:
-        half = (step + 1) // 2
-        if tid + half < step:
-            s[tid] += s[tid + half]
-        cuda.syncthreads()
-        step = half
-    if tid == 0:
-        total[0] += s[0]  # a race between blocks on a GPU; exact in the simulator, which runs blocks in turn
-
-
-@cuda.jit
-def sum_atomic_per_element(x, total):
-    i = cuda.grid(1)
-    if i < x.size:
-        cuda.atomic.add(total, 0, x[i])  # right total, but no tree: every thread hammers one address
-
-
-@cuda.jit
-def sum_resets_total(x, total):
-    s = cuda.shared.array(MAX_BLOCK, np.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    if i == 0:
-        total[0] = 0  # the caller's job; here it also races with blocks that already added their sum
-    if i < x.size:
-        s[tid] = x[i]
-    else:
-        s[tid] = np.float32(0.0)
-    cuda.syncthreads()
-    step = cuda.blockDim.x
-    while step > 1:
-        half = (step + 1) // 2
-        if tid + half < step:
-            s[tid] += s[tid + half]
-        cuda.syncthreads()
-        step = half
-    if tid == 0:
-        cuda.atomic.add(total, 0, s[0])
-
-
-@pytest.mark.parametrize("kernel, says", [
-    (sum_no_guard, ["out-of-bounds", "total[0] should be"]),
-    (sum_off_by_one, ["out-of-bounds", "total[0] should be"]),
-    (sum_no_zero_padding, ["NaN"]),
-    (sum_drops_odd_tail, ["round down"]),
-    (sum_overwrites_total, ["overwritten"]),
-    (sum_resets_total, ["overwritten", "total[0] should be"]),
+@pytest.mark.parametrize("edits, says", [
+    bug("no bounds guard", ["out-of-bounds", "total[0] should be"], ("if i < x.size:", "if True:")),
+    bug("off by one", ["out-of-bounds", "total[0] should be"], ("i < x.size", "i <= x.size")),
+    # threads past the end leave their cell as it was: garbage on a GPU, NaN in the check
+    bug("no zero padding", ["NaN"], ("s[tid] = np.float32(0.0)", "pass")),
+    # rounds down: at an odd step, cell step - 1 is never added
+    bug("half rounds down", ["round down"], ("(step + 1) // 2", "step // 2"),
+        ("if tid + half < step:", "if tid < half:")),
+    # the last block to finish wins; the start value and every other block are lost
+    bug("overwrites total", ["overwritten"], ("cuda.atomic.add(total, 0, s[0])", "total[0] = s[0]")),
+    # the caller's job; here it also races with blocks that already added their sum
+    bug("resets total", ["overwritten", "total[0] should be"],
+        ("i = cuda.grid(1)", "i = cuda.grid(1)\n    if i == 0:\n        total[0] = 0")),
 ])
-def test_sum_check_rejects_by_value(kernel, says):
-    rejects(checks.check_sum_kernel, kernel, "Exercise 3.2", says)
+def test_sum_check_rejects_by_value(edits, says):
+    rejects(checks.check_sum_kernel, mutated(L.sum_kernel, *edits), "Exercise 3.2", says)
 
 
-@pytest.mark.parametrize("kernel", [sum_no_sync_after_load, sum_no_sync_in_tree])
-def test_sum_check_rejects_missing_syncthreads(kernel):
+@pytest.mark.parametrize("edits", [
+    pytest.param([(LOAD_BARRIER, "    pass  # missing: cuda.syncthreads()")], id="no syncthreads after the load"),
+    pytest.param([NO_SYNC_IN_TREE], id="no syncthreads in the tree"),
+])
+def test_sum_check_rejects_missing_syncthreads(edits):
     # In the simulator: caught because the check fills shared memory with NaN (thread 0 runs ahead of the others
     # and reads cells nobody has written). Without that, a missing barrier after the load gave the right sum in
     # about a third of our simulator runs. On a GPU it is caught only when the warps' timing exposes the race, and
     # on an H200 the missing barrier after the load went unnoticed: compute-sanitizer's racecheck is the GPU tool.
-    if not course.SIMULATOR and kernel is sum_no_sync_after_load:
+    if not course.SIMULATOR and edits[0][0] == LOAD_BARRIER:
         pytest.skip("this race did not show on an H200 at these sizes; the simulator run asserts it")
-    msg = rejects(checks.check_sum_kernel, kernel, "Exercise 3.2", ["total[0] should be"])
+    msg = rejects(checks.check_sum_kernel, mutated(L.sum_kernel, *edits), "Exercise 3.2", ["total[0] should be"])
     if course.SIMULATOR:
         assert "syncthreads" in msg
 
@@ -420,13 +119,16 @@ def test_sum_check_rejects_missing_atomic():
     # The race of a plain += between blocks happens only on a GPU; the simulator runs blocks one after another and
     # the total comes out right. The check rejects it anyway: no atomic add counted (simulator), and no atomic in
     # the kernel's code (both).
-    rejects(checks.check_sum_kernel, sum_plain_add, "Exercise 3.2", ["atomic"])
+    rejects(checks.check_sum_kernel, mutant(L.sum_kernel, *PLAIN_ADD), "Exercise 3.2", ["atomic"])
 
 
 def test_sum_check_rejects_an_atomic_per_element():
     # Right total, wrong design (no tree); the simulator's atomic count sees it, a GPU run would pass it.
     if course.SIMULATOR:
-        rejects(checks.check_sum_kernel, sum_atomic_per_element, "Exercise 3.2", ["atomic adds for"])
+        # every thread adds its element atomically; the tree's result is dropped
+        wrong = mutated(L.sum_kernel, ("s[tid] = x[i]", "s[tid] = x[i]; cuda.atomic.add(total, 0, x[i])"),
+                        ("cuda.atomic.add(total, 0, s[0])", "pass"))
+        rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", ["atomic adds for"])
 
 
 def test_the_simulator_instruments_are_removed_afterwards():
@@ -435,7 +137,7 @@ def test_the_simulator_instruments_are_removed_afterwards():
         from numba.cuda.simulator import kernelapi
         before = (kernelapi.FakeCUDAShared.array, kernelapi.FakeCUDALocal.array, kernelapi.FakeCUDAAtomic.add)
         with pytest.raises(CheckFailure):  # on a GPU this race need not show (measured: it did not, on an H200)
-            checks.check_sum_kernel(sum_no_sync_in_tree)
+            checks.check_sum_kernel(mutant(L.sum_kernel, *NO_SYNC_IN_TREE))
     if before is not None:
         from numba.cuda.simulator import kernelapi
         assert (kernelapi.FakeCUDAShared.array, kernelapi.FakeCUDALocal.array,
@@ -462,59 +164,25 @@ def test_sum_check_uses_blocks_that_are_not_powers_of_two(monkeypatch):
 
 # --- Exercise 3.3: planted wrong launchers for the mean ---------------------------------------------------
 
-def mean_forgets_division(x, out=None):
-    out = cuda.device_array(1, np.float32) if out is None else out
-    L.zero_kernel[1, 1](out)
-    L.sum_kernel[cdiv(x.shape[0], L.THREADS), L.THREADS](x, out)
-    return out
+SUM = "sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out)"
+DIV = "div_kernel[1, 1, stream](out, np.float32(n))"
 
 
-def mean_forgets_zeroing(x, out=None):
-    out = cuda.device_array(1, np.float32) if out is None else out
-    n = x.shape[0]
-    L.sum_kernel[cdiv(n, L.THREADS), L.THREADS](x, out)
-    L.div_kernel[1, 1](out, np.float32(n))
-    return out
-
-
-def mean_floor_grid(x, out=None):
-    out = cuda.device_array(1, np.float32) if out is None else out
-    n = x.shape[0]
-    L.zero_kernel[1, 1](out)
-    L.sum_kernel[max(n // 128, 1), 128](x, out)  # floor: the last, part-full block is never launched
-    L.div_kernel[1, 1](out, np.float32(n))
-    return out
-
-
-def mean_on_the_host(x, out=None):
-    out = cuda.device_array(1, np.float32) if out is None else out
-    out.copy_to_device(np.array([x.copy_to_host().mean()], np.float32))
-    return out
-
-
-def mean_new_array_each_time(x, out=None):
-    return L.batch_mean(x)  # ignores out: the caller's buffer is never filled
-
-
-def mean_divides_by_blocks(x, out=None):
-    out = cuda.device_array(1, np.float32) if out is None else out
-    n = x.shape[0]
-    L.zero_kernel[1, 1](out)
-    L.sum_kernel[cdiv(n, L.THREADS), L.THREADS](x, out)
-    L.div_kernel[1, 1](out, np.float32(cdiv(n, L.THREADS)))
-    return out
-
-
-@pytest.mark.parametrize("fn, says", [
-    (mean_forgets_division, ["that is the sum"]),
-    (mean_forgets_zeroing, ["reset out", "was out reset", "the mean of x is"]),  # GPU: junk in out shows by value
-    (mean_floor_grid, ["cdiv", "batch_mean raised"]),
-    (mean_on_the_host, ["copied an array to the host"]),
-    (mean_new_array_each_time, ["did not return the `out`"]),
-    (mean_divides_by_blocks, ["expected", "too large", "out holds"]),
+@pytest.mark.parametrize("edits, says", [
+    bug("forgets / n", ["that is the sum"], (DIV, "pass")),
+    bug("forgets to zero out", ["reset out", "was out reset", "the mean of x is"],  # GPU: junk in out shows by value
+        ("zero_kernel[1, 1, stream](out)", "pass")),
+    # floor: the last, part-full block is never launched
+    bug("floor grid", ["cdiv", "batch_mean raised"], (SUM, "sum_kernel[max(n // 128, 1), 128, stream](x, out)")),
+    bug("mean on the host", ["copied an array to the host"],
+        (SUM, "out.copy_to_device(np.array([x.copy_to_host().mean()], np.float32))"), (DIV, "pass")),
+    # ignores out: the caller's buffer is never filled
+    bug("new array each time", ["did not return the `out`"], ("if out is None:", "if True:")),
+    bug("divides by the block count", ["expected", "too large", "out holds"],
+        ("np.float32(n))", "np.float32(cdiv(n, THREADS)))")),
 ])
-def test_mean_check_rejects(fn, says):
-    rejects(checks.check_batch_mean, fn, "Exercise 3.3", says)
+def test_mean_check_rejects(edits, says):
+    rejects(checks.check_batch_mean, mutated(L.batch_mean, *edits), "Exercise 3.3", says)
 
 
 # --- the stubs of the student notebook ----------------------------------------------------------------------
@@ -536,17 +204,13 @@ def test_unimplemented_stubs_raise_the_exercise_message():
 # --- classes that once passed, planted as one-line mutations (tests/conftest.py: mutant) ------------------
 
 def test_max_that_skips_the_last_logit_rejected():
-    from conftest import mutant
     wrong = mutant(L.softmax_xent_kernel, "for c in range(1, C):", "for c in range(1, C - 1):")
     rejects(checks.check_softmax_xent_kernel, wrong, "Exercise 3.1", ["never written", "NaN", "expected", "inf"])
 
 
-BARRIER = "            s[tid] += s[tid + half]\n        cuda.syncthreads()"
-
 
 def test_barrier_inside_a_divergent_branch_rejected():
     """The simulator sees which barriers each thread reaches; on a GPU the check reads the kernel's code."""
-    from conftest import mutant
     wrong = mutant(L.sum_kernel, BARRIER, "            s[tid] += s[tid + half]\n            cuda.syncthreads()")
     says = ["must reach the same cuda.syncthreads()", "depends on the thread"]
     rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", says)
@@ -556,7 +220,6 @@ def test_barrier_inside_a_divergent_branch_rejected():
 
 
 def test_divergent_barriers_are_found_in_the_code():
-    from conftest import mutant
     from course.checks.core import divergent_barriers
     assert divergent_barriers(L.sum_kernel) == []
     wrong = mutant(L.sum_kernel, BARRIER, "            s[tid] += s[tid + half]\n            cuda.syncthreads()")
@@ -568,7 +231,6 @@ def test_divergent_barriers_are_found_in_the_code():
 
 @pytest.mark.skipif(not course.SIMULATOR, reason="the simulator measures shared arrays; on a GPU this may fault")
 def test_shared_array_smaller_than_the_block_rejected():
-    from conftest import mutant
     wrong = mutant(L.sum_kernel, "cuda.shared.array(MAX_BLOCK, np.float32)", "cuda.shared.array(128, np.float32)")
     rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", ["cells for a block of 256 threads", "out-of-bounds"])
 
@@ -584,18 +246,15 @@ def test_shared_array_smaller_than_the_block_rejected():
      ["copied an array to the host"]),
 ])
 def test_mean_launch_and_copies_rejected(old, new, says):
-    from conftest import mutant
     rejects(checks.check_batch_mean, mutant(L.batch_mean, old, new), "Exercise 3.3", says)
 
 
 def test_mean_with_another_block_size_passes(capsys):
-    from conftest import mutant
     other = mutant(L.batch_mean, "sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out)", "sum_kernel[cdiv(n, 128), 128, stream](x, out)")
     checks.check_batch_mean(other)
     assert "✓ Exercise 3.3 passed" in capsys.readouterr().out
 
 
 def test_reduction_that_reduces_in_x_itself_rejected():
-    from conftest import mutant
     wrong = mutant(L.sum_kernel, "        s[tid] = x[i]\n", "        s[tid] = x[i]\n        x[i] = np.float32(0.0)\n")
     rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", ["wrote into its input x"])

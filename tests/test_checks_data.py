@@ -1,6 +1,7 @@
 """Every exercise check passes the reference solution and rejects each planted wrong answer."""
 import numpy as np
 import pytest
+from conftest import mutant, mutated, rejects
 from numba import cuda
 
 from course.checks import data as checks
@@ -16,157 +17,61 @@ def test_solutions_pass():
     checks.check_gather_kernel(gather_kernel)
 
 
-# --- planted wrong answers for Exercise 1.2 (scale) ---------------------------------------------------
+# --- planted wrong answers: each a mutation of the solution (tests/conftest.py: mutant), one row per bug ----
 
-@cuda.jit
-def scale_no_guard(x, out):
-    i = cuda.grid(1)
-    out[i] = x[i] / np.float32(255.0)
+def bug(id, says, *edits):
+    return pytest.param(edits, says, id=id)
 
 
-@cuda.jit
-def scale_off_by_one(x, out):
-    i = cuda.grid(1)
-    if i <= out.size:
-        out[i] = x[i] / np.float32(255.0)
+WRONG_CONSTANT = ("255.0", "256.0")
 
 
-@cuda.jit
-def scale_leaves_last(x, out):
-    i = cuda.grid(1)
-    if i < out.size - 1:
-        out[i] = x[i] / np.float32(255.0)
-
-
-@cuda.jit
-def scale_wrong_constant(x, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = x[i] / np.float32(256.0)
-
-
-@cuda.jit
-def scale_integer_division(x, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = x[i] // 255
-
-
-@cuda.jit
-def scale_block_only(x, out):
-    i = cuda.threadIdx.x  # forgets blockIdx: only the first block's worth of elements gets written
-    if i < out.size:
-        out[i] = x[i] / np.float32(255.0)
-
-
-@pytest.mark.parametrize("kernel, says", [
-    (scale_no_guard, ["outside the output", "out-of-bounds"]),
-    (scale_off_by_one, ["outside the output", "out-of-bounds"]),
-    (scale_leaves_last, ["never written"]),
-    (scale_wrong_constant, ["expected"]),
-    (scale_integer_division, ["expected"]),
-    (scale_block_only, ["never written"]),
+@pytest.mark.parametrize("edits, says", [
+    bug("no bounds guard", ["outside the output", "out-of-bounds"], ("if i < out.size:", "if True:")),
+    bug("off by one", ["outside the output", "out-of-bounds"], ("i < out.size", "i <= out.size")),
+    bug("leaves the last element", ["never written"], ("i < out.size", "i < out.size - 1")),
+    bug("/ 256", ["expected"], WRONG_CONSTANT),
+    bug("integer division", ["expected"], ("x[i] / np.float32(255.0)", "x[i] // 255")),
+    # forgets blockIdx: only the first block's worth of elements gets written
+    bug("forgets blockIdx", ["never written"], ("cuda.grid(1)", "cuda.threadIdx.x")),
 ])
-def test_scale_check_rejects(kernel, says):
+def test_scale_check_rejects(edits, says):
     with pytest.raises(CheckFailure) as e:
-        checks.check_scale_kernel(kernel)
+        checks.check_scale_kernel(mutated(scale_kernel, *edits))
     msg = str(e.value)
     assert "Exercise 1.2" in msg and "Hint:" in msg
     assert any(s in msg for s in says), msg
 
 
-# --- planted wrong answers for Exercise 1.3 (gather) --------------------------------------------------
-
-@cuda.jit
-def gather_no_guard(X, idx, out):
-    c, r = cuda.grid(2)
-    out[r, c] = X[idx[r], c]
-
-
-@cuda.jit
-def gather_rows_guard_only(X, idx, out):
-    c, r = cuda.grid(2)
-    if r < out.shape[0]:
-        out[r, c] = X[idx[r], c]
-
-
-@cuda.jit
-def gather_transposed_index(X, idx, out):
-    c, r = cuda.grid(2)
-    if r < out.shape[0] and c < out.shape[1]:
-        out[r, c] = X[idx[c % idx.shape[0]], r % X.shape[1]]
-
-
-@cuda.jit
-def gather_axes_swapped(X, idx, out):
-    r, c = cuda.grid(2)  # rows on x: covers the wrong extents with the check's non-square launches
-    if r < out.shape[0] and c < out.shape[1]:
-        out[r, c] = X[idx[r], c]
-
-
-@cuda.jit
-def gather_ignores_idx(X, idx, out):
-    c, r = cuda.grid(2)
-    if r < out.shape[0] and c < out.shape[1]:
-        out[r, c] = X[r, c]
-
-
-@cuda.jit
-def gather_off_by_one(X, idx, out):
-    c, r = cuda.grid(2)
-    if r < out.shape[0] and c < out.shape[1] - 1:
-        out[r, c] = X[idx[r], c]
-
-
-@pytest.mark.parametrize("kernel, says", [
-    (gather_no_guard, ["outside the output", "out-of-bounds"]),
-    (gather_rows_guard_only, ["outside the output", "out-of-bounds"]),
-    (gather_transposed_index, ["expected"]),
-    (gather_axes_swapped, ["never written"]),
-    (gather_ignores_idx, ["expected"]),
-    (gather_off_by_one, ["never written"]),
+@pytest.mark.parametrize("edits, says", [
+    bug("no bounds guard", ["outside the output", "out-of-bounds"],
+        ("if r < out.shape[0] and c < out.shape[1]:", "if True:")),
+    bug("guards the rows only", ["outside the output", "out-of-bounds"], (" and c < out.shape[1]", "")),
+    bug("transposed index", ["expected"], ("X[idx[r], c]", "X[idx[c % idx.shape[0]], r % X.shape[1]]")),
+    # rows on x: covers the wrong extents with the check's non-square launches
+    bug("axes swapped", ["never written"], ("c, r = cuda.grid(2)", "r, c = cuda.grid(2)")),
+    bug("ignores idx", ["expected"], ("X[idx[r], c]", "X[r, c]")),
+    bug("off by one in the columns", ["never written"], ("c < out.shape[1]", "c < out.shape[1] - 1")),
 ])
-def test_gather_check_rejects(kernel, says):
+def test_gather_check_rejects(edits, says):
     with pytest.raises(CheckFailure) as e:
-        checks.check_gather_kernel(kernel)
+        checks.check_gather_kernel(mutated(gather_kernel, *edits))
     msg = str(e.value)
     assert "Exercise 1.3" in msg and "Hint:" in msg
     assert any(s in msg for s in says), msg
 
 
-# --- planted wrong answers for Exercise 1.1 (IDX header) -----------------------------------------------
-
-def header_little_endian(buf):
-    dtype, shape, offset = parse_idx_header(buf)
-    return dtype, tuple(int.from_bytes(buf[4 + 4 * k: 8 + 4 * k], "little") for k in range(len(shape))), offset
-
-
-def header_no_validation(buf):
-    ndim = buf[3] if len(buf) > 3 else 1
-    shape = tuple(int.from_bytes(buf[4 + 4 * k: 8 + 4 * k], "big") for k in range(ndim))
-    return np.dtype({0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}.get(buf[2] if len(buf) > 2 else 8, ">u1")), shape, 4 + 4 * ndim
-
-
-def header_wrong_offset(buf):
-    dtype, shape, offset = parse_idx_header(buf)
-    return dtype, shape, 4 * len(shape)
-
-
-def header_native_dtype(buf):
-    dtype, shape, offset = parse_idx_header(buf)
-    return dtype.newbyteorder("<"), shape, offset
-
-
-def header_index_error(buf):
-    buf[3]  # IndexError on a buffer shorter than 4 bytes, instead of a clear ValueError
-    return parse_idx_header(buf)
-
-
-@pytest.mark.parametrize("fn", [header_little_endian, header_no_validation, header_wrong_offset,
-                                header_native_dtype, header_index_error])
-def test_header_check_rejects(fn):
+@pytest.mark.parametrize("edits", [
+    pytest.param([('"big")', '"little")')], id="little endian"),
+    pytest.param([("raise ValueError(", "ValueError(", 5)], id="no validation"),  # builds the errors, raises none
+    pytest.param([("), shape, offset", "), shape, offset - 4")], id="offset forgets the magic"),  # 4 * ndim
+    pytest.param([("np.dtype(IDX_TYPES[code])", "np.dtype(IDX_TYPES[code]).newbyteorder('<')")], id="native dtype"),
+    # IndexError on a buffer shorter than 4 bytes, instead of a clear ValueError
+    pytest.param([("    if len(buf) < 4:", "    buf[3]\n    if len(buf) < 4:")], id="IndexError on a short buffer"),
+])
+def test_header_check_rejects(edits):
     with pytest.raises(CheckFailure) as e:
-        checks.check_parse_idx_header(fn)
+        checks.check_parse_idx_header(mutated(parse_idx_header, *edits))
     assert "Exercise 1.1" in str(e.value) and "Hint:" in str(e.value)
 
 
@@ -183,7 +88,7 @@ def test_unimplemented_stub_raises_the_exercise_message():
 
 def test_failure_names_first_wrong_index_expected_and_got():
     with pytest.raises(CheckFailure) as e:
-        checks.check_scale_kernel(scale_wrong_constant)
+        checks.check_scale_kernel(mutant(scale_kernel, *WRONG_CONSTANT))
     msg = str(e.value)
     assert "element (" in msg and "expected" in msg and "got" in msg and "grid=" in msg
 
@@ -230,7 +135,6 @@ def test_inputs_are_random_not_ramps():
     ("if ndim == 0:", "if ndim == 0 or ndim > 3:", ["your function raised ValueError"]),  # refuses a valid header
 ])
 def test_header_edge_cases_rejected(old, new, says):
-    from conftest import mutant, rejects
     msg = rejects(checks.check_parse_idx_header, mutant(parse_idx_header, old, new), "Exercise 1.1", says)
     assert "hint('1.1')" in msg
 
