@@ -154,6 +154,7 @@ def printed(nb):
                    if o.get("name") == "stdout")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
 def test_student_notebook_with_solutions_runs_to_the_end(path):
     """SLOW (the whole notebook in the simulator: 1-2 minutes each): a student who solves every exercise gets
