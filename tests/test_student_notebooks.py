@@ -134,6 +134,7 @@ def run_student(path, notebook):
     return notebook
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
 def test_student_notebook_stops_at_first_exercise(path):
     nb = nbformat.read(path, as_version=4)
