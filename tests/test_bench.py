@@ -23,6 +23,7 @@ def quick(tmp_path_factory):
     return r, out
 
 
+@pytest.mark.slow
 def test_quick_run_writes_every_row(quick):
     r, out = quick
     assert r.returncode == 0, r.stdout + r.stderr
@@ -49,6 +50,7 @@ def test_quick_run_writes_every_row(quick):
     assert "course_fused" in r.stdout and "wrote" in r.stdout
 
 
+@pytest.mark.slow
 def test_torch_row_is_skipped_with_a_note_without_torch(quick):
     try:
         import torch  # noqa: F401

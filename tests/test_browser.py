@@ -355,6 +355,7 @@ class Student:
         return _wait(what, done, timeout, lambda: self.state(cell))
 
 
+@pytest.mark.slow
 def test_student_solves_the_first_exercise_in_jupyterlab():
     browser, driver_path = _browser_and_driver()
     # One temporary directory for everything: the served copy of the notebook, Jupyter's directories and logs,

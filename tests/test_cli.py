@@ -112,6 +112,7 @@ def test_the_dataset_read_is_the_one_reported(tmp_path, monkeypatch):
         load(argparse.Namespace(data_dir=root, dataset="mnist"))
 
 
+@pytest.mark.slow
 def test_help_and_errors_come_without_the_banner():
     r = sub("--help")
     assert r.returncode == 0 and "info" in r.stdout and r.stderr == ""
@@ -131,6 +132,7 @@ def test_a_bad_course_device_only_stops_the_commands_that_need_one(tmp_path):
     assert r.returncode == 2 and "not an http" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not course.SIMULATOR, reason="this machine has a GPU")
 def test_insisting_on_a_gpu_without_one():
     for args in (["info"], ["train", "--quick", "--epochs", "1"]):

@@ -15,6 +15,7 @@ from course import device
 from course.tools.signatures import all_signatures
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(bool(device.simulator_only()), reason=f"{device.simulator_only()}; CI compiles on Linux")
 def test_every_kernel_compiles_for_sm90():
     r = subprocess.run([sys.executable, "-m", "course.tools.compile"], capture_output=True, text=True, timeout=900,

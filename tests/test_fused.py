@@ -35,12 +35,14 @@ def _same(hist, plain, atol=1e-5):
     assert abs(hist["epoch"][0]["test_acc"] - plain["epoch"][0]["test_acc"]) < 1e-9
 
 
+@pytest.mark.slow
 def test_epoch_kernel_matches_the_plain_loop(data, plain):
     # 64 threads, hidden 8: eight lanes split each 49-long sum of layer 1
     _same(fit_fused(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, mode="epoch", threads=64,
                     progress=False), plain)
 
 
+@pytest.mark.slow
 def test_step_kernel_matches_the_plain_loop(data, plain):
     _same(fit_fused(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, mode="step", threads=32,
                     progress=False), plain)

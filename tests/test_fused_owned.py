@@ -33,6 +33,7 @@ def fused(request):
     return {"fused_owned": fused_owned, "fused_split": fused_split}[request.param]
 
 
+@pytest.mark.slow
 def test_epoch_and_step_kernels_match_the_plain_loop(data, fused):
     plain = fit(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, log_every=1, progress=False)
     for mode in ("epoch", "step"):

@@ -77,6 +77,7 @@ def test_grad_wb_matches_the_reference():
         grad_wb(cuda.to_device(A), cuda.to_device(dZ), cuda.device_array((17, 21), np.float32), db)
 
 
+@pytest.mark.slow
 def test_merged_step_equals_the_plain_step(data):
     from numba import cuda
     from course.perf import train_step_9

@@ -51,7 +51,8 @@ def test_forgetting_the_batch_mean_is_caught():
         np.testing.assert_allclose(buggy, numeric, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("B, hidden", [(1, 3), (13, 19), (course.pick(64, 7), course.pick(128, 17))])
+@pytest.mark.parametrize("B, hidden", [(1, 3), pytest.param(13, 19, marks=pytest.mark.slow),
+                                      pytest.param(course.pick(64, 7), course.pick(128, 17), marks=pytest.mark.slow)])
 def test_mlp_backward_matches_twin(B, hidden):
     rng = np.random.default_rng(B * hidden)
     X = rng.random((B, 784), dtype=np.float32)

@@ -26,6 +26,7 @@ def plain(data):
     return fit(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, log_every=1, progress=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", LOOPS)
 def test_recorded_step_matches_the_plain_loop(data, plain, loop):
     """Every step's loss (recorded on the device at its batch number) and the final parameters."""
@@ -39,6 +40,7 @@ def test_recorded_step_matches_the_plain_loop(data, plain, loop):
     assert abs(hist["epoch"][0]["test_acc"] - plain["epoch"][0]["test_acc"]) < 1e-9
 
 
+@pytest.mark.slow
 def test_a_second_epoch_starts_again_at_batch_0(data):
     """The counter is reset per epoch: the same order twice gives two epochs of SGD, not reads past perm."""
     from numba import cuda

@@ -79,6 +79,7 @@ def whose(st):
     return {k: why for k, (_, why) in st.items()}
 
 
+@pytest.mark.slow
 def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(mine_dir, capsys):
     from course.train import fit
     X, y, Xt, yt = tiny_data()
@@ -146,6 +147,7 @@ def test_a_solution_edited_after_passing_or_failing_its_check_is_not_used(tmp_pa
         InteractiveShell.clear_instance()
 
 
+@pytest.mark.slow
 def test_never_checked_and_dependencies_say_why(mine_dir, capsys):
     mine.mark_edited("2.2")  # tile_dot's cell changed: the linear kernel that calls it is not used either
     os.remove(mine_dir / "ex_4_2.json")  # never checked
@@ -164,6 +166,7 @@ def test_never_checked_and_dependencies_say_why(mine_dir, capsys):
     assert row(out, "4.2") == "course's: never checked" and row(out, "4.1") == "yours"
 
 
+@pytest.mark.slow
 def test_a_notebook_saved_with_a_different_cell_counts_as_edited(mine_dir):
     rec = mine.read_record("1.2")
     nb = nbtools.read(nbtools.EXERCISES / "01_data.ipynb")
@@ -198,6 +201,7 @@ def test_no_student_work_says_so_in_one_line(tmp_path, monkeypatch, capsys):
                                             "everywhere\n")
 
 
+@pytest.mark.slow
 def test_train_mine_on_the_command_line(mine_dir, monkeypatch, capsys, tmp_path):
     """`train --mine` with the student's work, then with none (one line, the course's kernels)."""
     import course.data
@@ -217,6 +221,7 @@ def test_train_mine_on_the_command_line(mine_dir, monkeypatch, capsys, tmp_path)
     assert "pieces run your code" not in out and "test accuracy: " in out
 
 
+@pytest.mark.slow
 def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_path, monkeypatch, capsys):
     import course.scale
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
@@ -251,6 +256,7 @@ def test_student_copies_call_use_mine_and_06_to_08_end_with_the_payoff():
         assert "use_mine" not in json.dumps(nbtools.read(path)["cells"][:3])
 
 
+@pytest.mark.slow
 def test_in_a_jupyter_kernel_a_pass_is_saved_and_an_edit_noticed(tmp_path, monkeypatch):
     """The only test here that starts a kernel: ipykernel's cells, its linecache names and the hook, for real."""
     import nbformat
@@ -309,6 +315,7 @@ print("compiled", n)
 '''
 
 
+@pytest.mark.slow
 def test_saved_kernels_compile_for_a_real_gpu(tmp_path):
     """What use_mine() loads on a GPU (a real dispatcher's globals, not the simulator's) compiles to sm_90 PTX."""
     import subprocess

@@ -189,6 +189,7 @@ def _exercises(nb):
     return out
 
 
+@pytest.mark.slow
 def test_generate_assignment_gives_our_student_notebooks(graded):
     for ours in sorted(nbtools.EXERCISES.glob("*.ipynb")):
         theirs = nbtools.read(graded / "release" / "all" / ours.name)
@@ -216,11 +217,13 @@ def _errors(course, student, name):
             for o in c.get("outputs", []) if o["output_type"] == "error"}
 
 
+@pytest.mark.slow
 def test_autograde_full_points_for_the_solutions(graded):
     assert _scores(graded)[("alice", "ps1")] == (6.0, 6.0)
     assert _errors(graded, "alice", "01_data.ipynb") == {} and _errors(graded, "alice", "02_forward.ipynb") == {}
 
 
+@pytest.mark.slow
 def test_autograde_partial_score_for_wrong_answers(graded):
     assert _scores(graded)[("bob", "ps1")] == (3.0, 6.0)
     errors = {**_errors(graded, "bob", "01_data.ipynb"), **_errors(graded, "bob", "02_forward.ipynb")}
@@ -230,11 +233,13 @@ def test_autograde_partial_score_for_wrong_answers(graded):
     assert errors["ex-1-3-check"][0] == "NotImplementedError" and "Exercise 1.3" in errors["ex-1-3-check"][1]  # the stub
 
 
+@pytest.mark.slow
 def test_feedback_shows_the_checks_message(graded):
     html = (graded / "feedback" / "bob" / "ps1" / "02_forward.html").read_text()
     assert "CheckFailure" in html and "Exercise 2.1 failed" in html and "Hint" in html
 
 
+@pytest.mark.slow
 def test_feedback_does_not_show_the_solution(graded):
     """With two-level hints (issue 10) a failure names what is wrong without the solution's code, and the
     traceback stops at the check's message: the feedback a student gets holds no solution code."""

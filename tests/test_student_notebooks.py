@@ -134,6 +134,7 @@ def run_student(path, notebook):
     return notebook
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
 def test_student_notebook_stops_at_first_exercise(path):
     nb = nbformat.read(path, as_version=4)
@@ -154,6 +155,7 @@ def printed(nb):
                    if o.get("name") == "stdout")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
 def test_student_notebook_with_solutions_runs_to_the_end(path):
     """SLOW (the whole notebook in the simulator: 1-2 minutes each): a student who solves every exercise gets

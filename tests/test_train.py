@@ -44,6 +44,7 @@ def numpy_loop(hist, X, y, batch_size, lr, optimizer, seed, **kw):
     return np.array(losses), p
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer, lr", [("sgd", 0.5), ("momentum", 0.2), ("adam", 0.01)])
 def test_gpu_loop_matches_numpy_loop(small, optimizer, lr):
     X, y, Xt, yt = small
@@ -68,12 +69,14 @@ def test_gpu_loop_matches_numpy_loop(small, optimizer, lr):
         np.testing.assert_allclose(got[name], p[name], rtol=1e-3, atol=1e-5, err_msg=name)
 
 
+@pytest.mark.slow
 def test_fit_stops_after_max_steps(small):
     X, y, Xt, yt = small
     hist = fit(X, y, Xt, yt, hidden=5, epochs=3, batch_size=8, log_every=1, progress=False, max_steps=2)
     assert hist["step"] == [1, 2] and len(hist["epoch"]) == 1
 
 
+@pytest.mark.slow
 def test_fit_sim_checks_the_kernels_against_the_twin(small, monkeypatch, capsys):
     X, y, Xt, yt = small
     kw = dict(hidden=5, epochs=1, batch_size=8, lr=0.5, seed=3, progress=False)
@@ -92,6 +95,7 @@ def test_fit_sim_checks_the_kernels_against_the_twin(small, monkeypatch, capsys)
         fit_sim(X, y, Xt, yt, kernel_steps=2, **kw)
 
 
+@pytest.mark.slow
 def test_divergence_stops_training_with_advice(small):
     X, y, Xt, yt = small
     with pytest.raises(Diverged, match="smaller learning rate"):
@@ -109,6 +113,7 @@ def cli(*args, timeout=300):
                           timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
+@pytest.mark.slow
 def test_cli_quick_trains_and_writes_json(tmp_path):
     out = tmp_path / "r.json"
     r = cli("--quick", "--epochs", "1", "--out", str(out))

@@ -9,6 +9,7 @@ import inspect
 import os
 import re
 import sys
+from math import prod
 
 import numpy as np
 from numba import cuda
@@ -18,6 +19,9 @@ from course import mine
 
 GUARD_FLOAT = np.float32(-7.77e33)  # what guard cells hold; a kernel has no reason to write it
 GUARD_INT = -987654321
+# run_inplace_steps' default tolerances: float32, a few roundings per step; a GPU fuses a*b+c into one FMA, NumPy
+# rounds twice
+INPLACE_ATOL, INPLACE_RTOL = 1e-6, 1e-5
 
 HINTS = {}        # "2.1" -> the code-level hint, printed by hint("2.1") only when a student asks
 POISONED = None   # set to a description of the GPU fault once one has made this process's CUDA context unusable
@@ -260,41 +264,66 @@ def exercise(number, more):
     return wrap
 
 
-def guarded(shape, dtype, guard):
-    """An output: a device buffer with `guard` cells on every side; returns (buffer, view of `shape` inside it).
+class Padded:
+    """An array on the device inside `guard` cells of `fill` on every side: the one padding of every check.
 
-    The view is filled with NaN (floats) or a sentinel (ints) so that an element left unwritten shows;
-    the cells around it hold GUARD_* so that a write past any edge shows, on a GPU as in the simulator."""
-    shape = tuple(shape)
+    `view` is the part of `a`'s shape inside the buffer, what the kernel gets; `buf` the whole device buffer;
+    `host` the whole buffer as it was sent. A write past an edge changes a cell (`guards`, `unchanged` see it),
+    and a read past an edge gets `fill` instead of faulting (on a GPU as in the simulator)."""
+
+    def __init__(self, a, guard, fill):
+        a = np.asarray(a)
+        self.shape, self.guard, self.fill = a.shape, guard, fill
+        self.inner = tuple(slice(guard, guard + n) for n in a.shape)
+        self.host = np.full(tuple(n + 2 * guard for n in a.shape), fill, dtype=a.dtype)
+        self.host[self.inner] = a
+        self.buf = cuda.to_device(self.host)
+        self.view = self.buf[self.inner]
+
+    def guards(self, exercise, case, hint):
+        """Copy the buffer back, fail if any cell around the array changed, and return the array's part."""
+        __tracebackhide__ = True
+        full = self.buf.copy_to_host()
+        mask = np.ones(full.shape, bool)
+        mask[self.inner] = False
+        touched = mask & (full != self.fill)
+        if touched.any():
+            pos = tuple(int(i) - self.guard for i in np.argwhere(touched)[0])
+            fail(exercise, case, f"wrote outside the output, at index {pos} of an array shaped {self.shape} "
+                 f"({touched.sum()} cells past the edges)", hint)
+        return full[self.inner]
+
+    def unchanged(self, exercise, case, name, hint):
+        """Fail if the buffer (the array or the cells around it) is not what was sent: for inputs."""
+        __tracebackhide__ = True
+        now, host = self.buf.copy_to_host(), self.host
+        same = (now == host) | (np.isnan(now) & np.isnan(host)) if host.dtype.kind == "f" else now == host
+        if not same.all():
+            pos = tuple(int(i) - self.guard for i in np.argwhere(~same)[0])
+            where = "inside it" if all(0 <= p < n for p, n in zip(pos, self.shape)) else "past its edges"
+            fail(exercise, case, f"your kernel wrote into its input {name} (at index {pos}, {where}; "
+                 f"{(~same).sum()} cells changed): inputs must stay as they were, write only the output", hint)
+
+
+def padded_output(shape, dtype, guard):
+    """An output: filled with NaN (floats) or a sentinel (ints) so that an element left unwritten shows, inside
+    GUARD_* cells so that a write past any edge shows."""
     dtype = np.dtype(dtype)
-    full = tuple(n + 2 * guard for n in shape)
-    fill_guard = GUARD_FLOAT if dtype.kind == "f" else GUARD_INT
-    host = np.full(full, fill_guard, dtype=dtype)
-    inner = tuple(slice(guard, guard + n) for n in shape)
-    host[inner] = np.nan if dtype.kind == "f" else GUARD_INT + 1
-    buf = cuda.to_device(host)
-    return buf, buf[inner]
+    if dtype.kind == "f":
+        return Padded(np.full(tuple(shape), np.nan, dtype), guard, GUARD_FLOAT)
+    return Padded(np.full(tuple(shape), GUARD_INT + 1, dtype), guard, GUARD_INT)
 
 
-def _padded(a, guard):
-    """(host buffer, device buffer, device view) of `a` inside `guard` padding cells (NaN, or index 0)."""
-    fill = np.nan if a.dtype.kind == "f" else 0
-    host = np.full(tuple(n + 2 * guard for n in a.shape), fill, dtype=a.dtype)
-    inner = tuple(slice(guard, guard + n) for n in a.shape)
-    host[inner] = a
-    buf = cuda.to_device(host)
-    return host, buf, buf[inner]
-
-
-def guarded_input(a, guard):
-    """An input: `a` on the device inside `guard` padding cells, returned as a view of a's shape.
-
-    A kernel that reads past an edge gets the padding (NaN, which poisons whatever it touches, even a product
-    with 0; or index 0 so that a gathered index stays valid) instead of faulting, and the check reports it."""
+def padded_input(a, guard):
+    """An input: `a` inside padding cells of NaN (which poisons whatever a read past an edge touches, even a product
+    with 0) or index 0 (so that a gathered index stays valid); compare it after the launch with `unchanged`."""
     a = np.asarray(a)
-    if a.ndim == 0:
-        return a[()]
-    return _padded(a, guard)[2]
+    return Padded(a, guard, np.nan if a.dtype.kind == "f" else 0)
+
+
+def padded_inout(a, guard):
+    """An in/out array (an update kernel's parameters and state): `a`'s values inside GUARD_FLOAT cells."""
+    return Padded(a, guard, GUARD_FLOAT)
 
 
 def unwritten(got, dtype):
@@ -359,31 +388,12 @@ def launch(exercise, case, kernel, grid, block, args, hint):
         fail(exercise, case, f"{what} {type(e).__name__}: {e}", hint)
 
 
-def check_guards(exercise, case, full, guard, shape, hint):
-    """Fail if any guard cell around the output changed."""
-    __tracebackhide__ = True
-    inner = tuple(slice(guard, guard + n) for n in shape)
-    mask = np.ones(full.shape, bool)
-    mask[inner] = False
-    fill = GUARD_FLOAT if full.dtype.kind == "f" else GUARD_INT
-    touched = mask & (full != fill)
-    if touched.any():
-        pos = tuple(int(i) - guard for i in np.argwhere(touched)[0])
-        fail(exercise, case, f"wrote outside the output, at index {pos} of an array shaped {shape} "
-             f"({touched.sum()} cells past the edges)", hint)
-
-
 def check_inputs(exercise, case, inputs, names, hint):
-    """Fail if a launch changed an input (or the padding around it): inputs are read-only."""
+    """Fail if a launch changed an input (or the padding around it): inputs are read-only. `inputs` maps an
+    argument's position to its Padded."""
     __tracebackhide__ = True
-    for k, (host, buf, guard, shape) in inputs.items():
-        now = buf.copy_to_host()
-        same = (now == host) | (np.isnan(now) & np.isnan(host)) if host.dtype.kind == "f" else now == host
-        if not same.all():
-            pos = tuple(int(i) - guard for i in np.argwhere(~same)[0])
-            where = "inside it" if all(0 <= p < n for p, n in zip(pos, shape)) else "past its edges"
-            fail(exercise, case, f"your kernel wrote into its input {names[k]} (at index {pos}, {where}; "
-                 f"{(~same).sum()} cells changed): inputs must stay as they were, write only the output", hint)
+    for k, p in inputs.items():
+        p.unchanged(exercise, case, names[k], hint)
 
 
 def _dims(x):
@@ -429,29 +439,68 @@ def run_cases(exercise, kernel, cases, hint, atol=0.0, rtol=0.0, diagnose=None):
     for c in cases:
         expected = c["expected"] if isinstance(c["expected"], tuple) else (c["expected"],)
         guard = max(max(_dims(c["block"])), 4)
-        outs = [guarded(e.shape, e.dtype, guard) for e in expected]
+        outs = [padded_output(e.shape, e.dtype, guard) for e in expected]
         args, inputs = [], {}
         for k, a in enumerate(c["inputs"]):
             a = np.asarray(a)
             if a.ndim == 0:
                 args.append(a[()])
                 continue
-            host, buf, view = _padded(a, guard)
-            inputs[k] = (host, buf, guard, a.shape)
-            args.append(view)
-        args += [view for _, view in outs]
+            inputs[k] = padded_input(a, guard)
+            args.append(inputs[k].view)
+        args += [out.view for out in outs]
         case = f"with {c['name']}, grid={c['grid']}, block={c['block']}"
         launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
         check_inputs(exercise, case, inputs, _arg_names(kernel, len(args)), hint)
-        for k, ((full, _), e) in enumerate(zip(outs, expected)):
+        for k, (out, e) in enumerate(zip(outs, expected)):
             which = f" (output {k + 1} of {len(expected)})" if len(expected) > 1 else ""
-            full = full.copy_to_host()
-            check_guards(exercise, case + which, full, guard, e.shape, hint)
-            inner = tuple(slice(guard, guard + n) for n in e.shape)
-            compare(exercise, case + which, full[inner], e, atol, rtol, hint, diagnose)
+            got = out.guards(exercise, case + which, hint)
+            compare(exercise, case + which, got, e, atol, rtol, hint, diagnose)
     shapes = sorted({str(c["block"]) for c in cases})
     return (f"{len(cases)} random cases (sizes that are and are not multiples of the block), "
             f"blocks {', '.join(shapes)}")
+
+
+def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INPLACE_RTOL):
+    """Run every case of an in-place update kernel for several steps and report the first problem.
+
+    A case is dict(name, grid, block, names, state, steps): `state` are the host arrays updated in place
+    (parameters first, then the optimizer's state, as named by `names`); each step is
+    (gradient, scalars, expected state after the step). The kernel is called as
+    kernel(state[0], gradient, *state[1:], *scalars): parameters, gradient, state, hyperparameters."""
+    __tracebackhide__ = True
+    raise_if_unimplemented(kernel)
+    unit = lambda c: c.get("unit", c["block"])  # noqa: E731
+    if {all(a.size % unit(c) == 0 for a in c["state"]) for c in cases} != {True, False}:
+        raise ValueError(f"{exercise}'s check needs sizes that are and are not multiples of the block")
+    for c in cases:
+        block = c["block"] if isinstance(c["block"], tuple) else (c["block"],)
+        grid = c["grid"] if isinstance(c["grid"], tuple) else (c["grid"],)
+        threads = prod(grid) * prod(block)  # guard cells cover every thread past the end, spare blocks too
+        guard = max(max(block), 4, threads - min(a.size for a in c["state"]))
+        bufs = [padded_inout(a, guard) for a in c["state"]]
+        before = [np.asarray(a) for a in c["state"]]
+        for k, (g, scalars, expected) in enumerate(c["steps"], 1):
+            case = f"with {c['name']}, step {k} of {len(c['steps'])}, grid={c['grid']}, block={c['block']}"
+            views = [p.view for p in bufs]
+            grad = padded_input(g, guard)
+            args = [views[0], grad.view, *views[1:], *scalars]
+            launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
+            for p, name, e, prev in zip(bufs, c["names"], expected, before):
+                where = f"{case} (array {name})"
+                got = p.guards(exercise, where, hint)
+                stale = (got == prev) & ~np.isclose(e, prev, atol=atol, rtol=rtol)
+                if stale.any():
+                    idx = tuple(int(i) for i in np.argwhere(stale)[0])
+                    fail(exercise, where, f"{name}{list(idx)} did not change in this step (it still holds "
+                         f"{prev[idx]!r}, expected {e[idx]!r}): never written, or the update came out as zero? "
+                         f"({stale.sum()} of {stale.size} elements unchanged)", hint)
+                compare(exercise, where, got, e, atol, rtol, hint)
+            grad.unchanged(exercise, case, "g (the gradient)", hint)
+            before = list(expected)
+    shapes = sorted({str(c["block"]) for c in cases})
+    return (f"{len(cases)} random cases x {len(cases[0]['steps'])} steps (sizes that are and are not multiples "
+            f"of the block), blocks {', '.join(shapes)}")
 
 
 _THREAD_ATTRS = {"threadIdx", "laneid", "grid", "warpid"}  # cuda.<these> differ between the threads of a block

@@ -14,8 +14,8 @@ import numpy as np
 
 import course
 from course.device import in_kernel_thread
-from course.checks.core import (CheckFailure, _padded, _sticky, check_guards, check_inputs, code_names,
-                                divergent_barriers, exercise, fail, guarded, launch, run_cases)
+from course.checks.core import (CheckFailure, _sticky, code_names, divergent_barriers, exercise, fail, launch,
+                                padded_input, padded_output, run_cases)
 from course.util import cdiv
 
 
@@ -180,14 +180,14 @@ def check_sum_kernel(sum_kernel, seed=0):
         x = rng.uniform(0.5, 1.5, n).astype(np.float32)  # positive: a dropped or doubled element always shows
         start = np.float32(rng.uniform(-50, 50))          # total starts here: the kernel adds, it does not set
         guard = max(block, 4)
-        full, total = guarded((1,), np.float32, guard)
-        total.copy_to_device(np.array([start], np.float32))
+        total = padded_output((1,), np.float32, guard)
+        total.view.copy_to_device(np.array([start], np.float32))
         grid = cdiv(n, block)
         case = f"with n={n}, grid={grid}, block={block} (total starting at {start:.3f})"
-        x_host, x_buf, x_view = _padded(x, guard)
+        xs = padded_input(x, guard)
         with simulator_instruments() as stats:
-            launch(ex, case, sum_kernel, grid, block, [x_view, total], hint)
-        check_inputs(ex, case, {0: (x_host, x_buf, guard, x.shape)}, ["x"], hint)
+            launch(ex, case, sum_kernel, grid, block, [xs.view, total.view], hint)
+        xs.unchanged(ex, case, "x", hint)
         small = [(size, line) for size, line in stats.shared_sizes if size < block]
         if small:
             fail(ex, case, f"the shared array of line {small[0][1]} has {small[0][0]} cells for a block of {block} "
@@ -199,9 +199,7 @@ def check_sum_kernel(sum_kernel, seed=0):
                  f"{tb[0]} reached ({_short(lb)}): every thread of a block must reach the same "
                  "cuda.syncthreads() calls. A barrier inside an `if` that depends on the thread (or a return "
                  "before one) is undefined behaviour on a GPU: a hang or a wrong sum", hint)
-        full = full.copy_to_host()
-        check_guards(ex, case, full, guard, (1,), hint)
-        got, want = float(full[guard]), float(start) + float(x.astype(np.float64).sum())
+        got, want = float(total.guards(ex, case, hint)[0]), float(start) + float(x.astype(np.float64).sum())
         diff = got - want
         # float32: a tree of n positive numbers is off by at most ~log2(n) ulps of the total; allow 1e-5
         if not abs(diff) <= 1e-5 * (abs(float(start)) + float(x.sum())):

@@ -2,8 +2,7 @@
 import numpy as np
 
 import course
-from course.checks.core import exercise, run_cases
-from course.checks.update import run_inplace_steps
+from course.checks.core import exercise, run_cases, run_inplace_steps
 from course.update import sgd_ref
 from course.util import cdiv
 

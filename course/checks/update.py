@@ -6,77 +6,14 @@ cells, the kernel runs several steps in a row on the same device buffers (fresh 
 after every step each array is compared with the NumPy reference: an element the kernel forgot keeps its value
 (reported as unchanged), a write past an edge changes a guard cell, and a kernel that forgets to store its state
 back, or uses it in the wrong order, drifts from the reference by the second step at the latest."""
-from math import prod
-
 import numpy as np
-from numba import cuda
 
 import course
-from course.checks.core import (GUARD_FLOAT, _padded, check_guards, check_inputs, compare, exercise, fail,
-                                launch, raise_if_unimplemented)
+from course.checks.core import exercise, run_inplace_steps
 from course.update import adam_ref, momentum_ref, sgd_ref
 from course.util import cdiv
 
 STEPS = 5          # consecutive steps per case, on the same device buffers
-ATOL, RTOL = 1e-6, 1e-5  # float32: a few roundings per step; a GPU fuses a*b+c into one FMA, NumPy rounds twice
-
-
-def guarded_inout(a, guard):
-    """An in/out array: `a`'s values on the device inside `guard` GUARD_FLOAT cells on every side.
-
-    Returns (buffer, view of a's shape): the kernel gets the view, check_guards reads the whole buffer."""
-    a = np.asarray(a)
-    host = np.full(tuple(n + 2 * guard for n in a.shape), GUARD_FLOAT, dtype=a.dtype)
-    inner = tuple(slice(guard, guard + n) for n in a.shape)
-    host[inner] = a
-    buf = cuda.to_device(host)
-    return buf, buf[inner]
-
-
-def run_inplace_steps(exercise, kernel, cases, hint, atol=ATOL, rtol=RTOL):
-    """Run every case of an in-place update kernel for several steps and report the first problem.
-
-    A case is dict(name, grid, block, names, state, steps): `state` are the host arrays updated in place
-    (parameters first, then the optimizer's state, as named by `names`); each step is
-    (gradient, scalars, expected state after the step). The kernel is called as
-    kernel(state[0], gradient, *state[1:], *scalars): parameters, gradient, state, hyperparameters."""
-    __tracebackhide__ = True
-    raise_if_unimplemented(kernel)
-    unit = lambda c: c.get("unit", c["block"])  # noqa: E731
-    if {all(a.size % unit(c) == 0 for a in c["state"]) for c in cases} != {True, False}:
-        raise ValueError(f"{exercise}'s check needs sizes that are and are not multiples of the block")
-    for c in cases:
-        block = c["block"] if isinstance(c["block"], tuple) else (c["block"],)
-        grid = c["grid"] if isinstance(c["grid"], tuple) else (c["grid"],)
-        threads = prod(grid) * prod(block)  # guard cells cover every thread past the end, spare blocks too
-        guard = max(max(block), 4, threads - min(a.size for a in c["state"]))
-        bufs = [guarded_inout(a, guard) for a in c["state"]]
-        before = [np.asarray(a) for a in c["state"]]
-        for k, (g, scalars, expected) in enumerate(c["steps"], 1):
-            case = f"with {c['name']}, step {k} of {len(c['steps'])}, grid={c['grid']}, block={c['block']}"
-            views = [view for _, view in bufs]
-            g_host, g_buf, g_view = _padded(np.asarray(g), guard)
-            args = [views[0], g_view, *views[1:], *scalars]
-            launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
-            for (full, _), name, e, prev in zip(bufs, c["names"], expected, before):
-                where = f"{case} (array {name})"
-                full = full.copy_to_host()
-                check_guards(exercise, where, full, guard, e.shape, hint)
-                got = full[tuple(slice(guard, guard + n) for n in e.shape)]
-                stale = (got == prev) & ~np.isclose(e, prev, atol=atol, rtol=rtol)
-                if stale.any():
-                    idx = tuple(int(i) for i in np.argwhere(stale)[0])
-                    fail(exercise, where, f"{name}{list(idx)} did not change in this step (it still holds "
-                         f"{prev[idx]!r}, expected {e[idx]!r}): never written, or the update came out as zero? "
-                         f"({stale.sum()} of {stale.size} elements unchanged)", hint)
-                compare(exercise, where, got, e, atol, rtol, hint)
-            check_inputs(exercise, case, {0: (g_host, g_buf, guard, g.shape)}, ["g (the gradient)"], hint)
-            before = list(expected)
-    shapes = sorted({str(c["block"]) for c in cases})
-    return (f"{len(cases)} random cases x {len(cases[0]['steps'])} steps (sizes that are and are not multiples "
-            f"of the block), blocks {', '.join(shapes)}")
-
-
 def _shapes():
     """(n, grid, block) per case: sizes that are not multiples of the block (the third case launches a spare
     block of threads that are all past the end), then one that is (every block full)."""
