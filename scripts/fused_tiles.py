@@ -36,8 +36,9 @@ MAX_BATCH = 64     # rows r and r + 32 per thread
 SEGS = 8           # phase A: shares of the TK inputs (SEGS * 64 threads)
 SEGS_C = 4         # phase C: shares of the batch rows (SEGS_C * 128 threads)
 KP = 64            # phase C: a thread's inputs kk and kk + KP
-P_CELLS = 4096     # shared partial sums: SEGS x MAX_BATCH x TJ (A) and SEGS_C x 2 KP x TJ (C); sH in phase B
-R0 = 2048          # phase B: sH = sP[:R0] (hidden <= R0), the logits' partial sums after it
+P_CELLS = 4096     # shared partial sums: SEGS x MAX_BATCH x TJ (A) and SEGS_C x 2 KP x TJ (C); phase B below
+H_MAX = 1024       # phase B: H[r] in sP[:H_MAX], the logits' partial sums in sP[H_MAX:W2_0], W2 in sP[W2_0:]
+W2_0 = H_MAX + 512
 NC_PAD = 16        # classes padded
 UNROLL = 8         # loads in flight while staging
 X_CELLS = MAX_BATCH * XS   # (shared arrays need plain constants)
@@ -45,6 +46,8 @@ W_CELLS = TK * TJ
 DH_CELLS = MAX_BATCH * TJ
 THREADS = 512
 REGS = 128
+XS_U = uint64(XS)  # unsigned: numba checks signed indices for wraparound (5 more instructions per load)
+TJ_U = uint64(TJ)
 _JIT = {} if course.SIMULATOR else dict(max_registers=REGS)
 NPOINTS = 16       # clock points per step (0-5 the phase boundaries, 6-14 inside the phases)
 PHASE_NAMES = ("A: forward tiles", "B: backward rows", "C: update tiles")
@@ -52,6 +55,9 @@ PHASE_NAMES = ("A: forward tiles", "B: backward rows", "C: update tiles")
 if course.SIMULATOR:
     def globaltimer():
         return uint64(time.perf_counter_ns())
+
+    def prefetch_l2(X, i, k):
+        pass
 else:
     from llvmlite import ir
     from numba.cuda.extending import intrinsic
@@ -64,6 +70,21 @@ else:
                                side_effect=True)
             return builder.call(asm, [])
         return types.uint64(), codegen
+
+    @intrinsic
+    def prefetch_l2(typingctx, X, i, k):
+        """Ask for the 128-byte line of X[i, k] in the L2 cache (PTX prefetch.global.L2): nothing waits for it."""
+        from numba.cuda import cgutils
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            inds = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
+            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, inds)
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ptr.type]), "prefetch.global.L2 [$0];", "l",
+                               side_effect=True)
+            builder.call(asm, [ptr])
+            return context.get_dummy_value()
+        return types.void(X, i, k), codegen
 
 
 def sgd_epoch_ref(X, y, perm, params, batch_size, lr):
@@ -89,7 +110,7 @@ def stamp(T, i, point):
 
 @cuda.jit(device=True)
 def lane_sums(sR, n):
-    """Thread c < n: the sum of sR[lane * NC_PAD + c] over the block's lanes (blockDim / NC_PAD of them), four sums
+    """Thread c < n: the sum of sR[lane * NC_PAD + c] over the block's lanes (blockDim / NC_PAD of them), two sums
     in flight. Every thread must call it (it waits for the partial sums first)."""
     cuda.syncthreads()
     lanes = cuda.blockDim.x // NC_PAD
@@ -153,29 +174,33 @@ def forward_partials(sX, sW, sP):
     sums rows rp and rp + 32 x units 4 half .. 4 half + 3 (8 accumulators, 6 loads per 8 multiply-adds)."""
     acc = cuda.local.array(8, float32)
     for u in range(cuda.threadIdx.x, SEGS * 64, cuda.blockDim.x):
-        seg = u // 64
-        half = (u // 32) % 2
+        seg = uint64(u // 64)
+        half = uint64((u // 32) % 2)
         rp = uint64(u % 32)
         for q in range(8):
             acc[q] = float32(0.0)
-        for kk in range(uint64(seg), uint64(TK), uint64(SEGS)):
-            x0 = sX[rp * XS + kk]
-            x1 = sX[(rp + 32) * XS + kk]
-            w = kk * TJ + half * 4
+        ix = rp * XS_U + seg                     # sX[rp, seg]
+        iw = seg * TJ_U + half * uint64(4)       # sW[seg, 4 half]
+        for _ in range((TK - u // 64 + SEGS - 1) // SEGS):
+            x0 = sX[ix]
+            x1 = sX[ix + uint64(32 * XS)]
             for q in range(4):
-                acc[q] += x0 * sW[w + q]
-                acc[4 + q] += x1 * sW[w + q]
-        o = (seg * MAX_BATCH + rp) * TJ + half * 4
+                w = sW[iw + uint64(q)]
+                acc[q] += x0 * w
+                acc[4 + q] += x1 * w
+            ix += uint64(SEGS)
+            iw += uint64(SEGS * TJ)
+        o = (seg * uint64(MAX_BATCH) + rp) * TJ_U + half * uint64(4)
         for q in range(4):
-            sP[o + q] = acc[q]
-            sP[o + 32 * TJ + q] = acc[4 + q]
+            sP[o + uint64(q)] = acc[q]
+            sP[o + uint64(32 * TJ + q)] = acc[4 + q]
     cuda.syncthreads()
 
 
 @cuda.jit(device=True)
-def add_partials(sP, B, j0, Zb):
-    """Zb[r, j0 + jj] += the SEGS shares of sP[:, r, jj], atomically (the tiles of other inputs add theirs)."""
-    hidden = Zb.shape[1]
+def add_partials(sP, B, j0, Z):
+    """Z[r, j0 + jj] += the SEGS shares of sP[:, r, jj], atomically (the tiles of other inputs add theirs)."""
+    hidden = Z.shape[1]
     for o in range(cuda.threadIdx.x, B * TJ, cuda.blockDim.x):
         r = o // TJ
         jj = o - r * TJ
@@ -183,14 +208,14 @@ def add_partials(sP, B, j0, Zb):
         for seg in range(SEGS):
             s += sP[seg * MAX_BATCH * TJ + o]
         if j0 + jj < hidden:
-            cuda.atomic.add(Zb, (r, j0 + jj), s)
+            cuda.atomic.add(Z, (r, j0 + jj), s)
     cuda.syncthreads()
 
 
 @cuda.jit(device=True)
-def phase_a(X, perm, base, W1, Zb, sRows, sX, sW, sP, T, i):
-    """Forward: every tile of this block adds X[batch, tile] W1[tile] into Zb."""
-    B = Zb.shape[0]
+def phase_a(X, perm, base, W1, Z, sRows, sX, sW, sP, T, i):
+    """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z."""
+    B = Z.shape[0]
     K, hidden = W1.shape
     stage_rows(perm, base, B, sRows)
     stamp(T, i, 6)
@@ -203,64 +228,76 @@ def phase_a(X, perm, base, W1, Zb, sRows, sX, sW, sP, T, i):
         stamp(T, i, 7)
         forward_partials(sX, sW, sP)
         stamp(T, i, 8)
-        add_partials(sP, B, j0, Zb)
+        add_partials(sP, B, j0, Z)
 
 
 @cuda.jit(device=True)
-def row_backward(r, label, Zb, b1, W2, b2, H, dZ2, dH, losses, step, sH, sR, sL, T, i):
-    """Batch row r: H[r] = ReLU(Z[r] + b1), logits (a warp per class), softmax, dZ2[r], dH[r], the row's loss."""
+def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i):
+    """Batch row r: H[r] = ReLU(Z[r] + b1) (Z[r] zeroed for the next step), the logits (thread (lane, class) sums
+    every lanes-th unit), softmax, dZ2[r], dH[r] = (dZ2[r] W2^T) * [H[r] > 0], the row's loss. W2 is staged in
+    shared memory with H[r]: every load of the row goes out at once."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = H.shape
     C = W2.shape[1]
+    sH = sP[:H_MAX]
+    sR = sP[H_MAX:W2_0]
+    sW2 = sP[W2_0:]
     for j in range(t, hidden, nt):
-        h = max(Zb[r, j] + b1[j], float32(0.0))
+        h = max(Z[r, j] + b1[j], float32(0.0))
+        Z[r, j] = float32(0.0)                   # read once: zero again for the next step's sums
         sH[j] = h
         H[r, j] = h
+    for v in range(t, hidden * C, nt):
+        jv = v // C
+        sW2[v] = W2[jv, v - jv * C]
     cuda.syncthreads()
     stamp(T, i, 9)
-    lane, c = t // NC_PAD, t % NC_PAD             # thread (lane, class): every (nt / NC_PAD)-th unit j
+    lane, c = t // NC_PAD, t % NC_PAD
     acc = float32(0.0)
     if c < C:
         for j in range(lane, hidden, nt // NC_PAD):
-            acc += sH[j] * W2[j, c]
-    sR[t] = acc
+            acc += sH[j] * sW2[j * C + c]
+    sP[H_MAX + t] = acc
     z = lane_sums(sR, C)
     if t < C:
-        sL[t] = z + b2[t]
+        sS[t] = z + b2[t]
     cuda.syncthreads()
     stamp(T, i, 10)
-    p = cuda.local.array(NC_PAD, float32)        # every thread: the row's softmax (C exps, no barrier)
-    m = sL[0]
-    for c in range(1, C):
-        m = max(m, sL[c])
-    s = float32(0.0)
-    for c in range(NC_PAD):
-        p[c] = math.exp(sL[c] - m) if c < C else float32(0.0)
-        s += p[c]
-    for c in range(NC_PAD):
-        p[c] = (p[c] / s - (float32(1.0) if c == label else float32(0.0))) / float32(B)
-    if t < C:
-        dZ2[r, t] = p[t]
+    if t < C:                                    # thread c: (P[c] - onehot[c]) / B
+        m = sS[0]
+        for c2 in range(1, C):
+            m = max(m, sS[c2])
+        s = float32(0.0)
+        for c2 in range(C):
+            s += math.exp(sS[c2] - m)
+        dz = (math.exp(sS[t] - m) / s - (float32(1.0) if t == label else float32(0.0))) / float32(B)
+        dZ2[r, t] = dz
+        sS[NC_PAD + t] = dz
         if t == label:
-            cuda.atomic.add(losses, step, (math.log(s) - (sL[t] - m)) / float32(B))
+            cuda.atomic.add(losses, step, (math.log(s) - (sS[t] - m)) / float32(B))
+    cuda.syncthreads()
     for j in range(t, hidden, nt):
         g = float32(0.0)
-        for c in range(NC_PAD):
-            if c < C:
-                g += p[c] * W2[j, c]
+        for c2 in range(C):
+            g += sS[NC_PAD + c2] * sW2[j * C + c2]
         dH[r, j] = g if sH[j] > float32(0.0) else float32(0.0)
-    cuda.syncthreads()                           # sH and sL are reused by the next row
+    cuda.syncthreads()                           # sP and sS are reused by the next row
 
 
 @cuda.jit(device=True)
-def phase_b(y, perm, base, Zb, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
-    """Backward: one batch row per block at a time."""
-    B, hidden = H.shape
-    sH = sP[:R0]                                 # H[r] (hidden <= R0)
-    sR = sP[R0:R0 + 32 * NC_PAD]                 # partial sums of the logits
-    sL = sP[P_CELLS - NC_PAD:]                   # the logits
+def phase_b(y, perm, base, X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i):
+    """Backward: one batch row per block at a time; the blocks without a row ask the L2 cache for the next batch's
+    rows of X (a 128-byte line per thread), so that the next phase A stages them from L2, not from DRAM."""
+    B = H.shape[0]
+    K = X.shape[1]
     for r in range(cuda.blockIdx.x, B, cuda.gridDim.x):
-        row_backward(r, y[perm[base + r]], Zb, b1, W2, b2, H, dZ2, dH, losses, step, sH, sR, sL, T, i)
+        row_backward(r, y[perm[base + r]], Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i)
+    if cuda.blockIdx.x >= B and base + 2 * B <= perm.shape[0]:
+        lines = (K + 31) // 32 + 1               # 128-byte lines of a row of X (one more when unaligned)
+        for v in range((cuda.blockIdx.x - B) * cuda.blockDim.x + cuda.threadIdx.x, B * lines,
+                       (cuda.gridDim.x - B) * cuda.blockDim.x):
+            rr = v // lines
+            prefetch_l2(X, perm[base + B + rr], min((v - rr * lines) * 32, K - 1))
 
 
 @cuda.jit(device=True)
@@ -269,29 +306,34 @@ def tile_grads(sX, sdH, B, sP):
     u = (seg, half, kp) sums inputs kp and kp + KP x units 4 half .. 4 half + 3."""
     acc = cuda.local.array(8, float32)
     for u in range(cuda.threadIdx.x, SEGS_C * 2 * KP, cuda.blockDim.x):
-        seg = u // (2 * KP)
-        half = (u // KP) % 2
+        seg = uint64(u // (2 * KP))
+        half = uint64((u // KP) % 2)
         kp = uint64(u % KP)
-        k1 = uint64(min(kp + KP, XS - 1))         # past the tile: a zero column
+        k1 = uint64(min(u % KP + KP, XS - 1))    # past the tile: a zero column
         for q in range(8):
             acc[q] = float32(0.0)
-        for r in range(uint64(seg), uint64(B), uint64(SEGS_C)):
-            x0 = sX[r * XS + kp]
-            x1 = sX[r * XS + k1]
-            d = r * TJ + half * 4
+        ix = seg * XS_U                          # sX[seg, 0]
+        idh = seg * TJ_U + half * uint64(4)      # sdH[seg, 4 half]
+        for _ in range((B - u // (2 * KP) + SEGS_C - 1) // SEGS_C):
+            x0 = sX[ix + kp]
+            x1 = sX[ix + k1]
             for q in range(4):
-                acc[q] += x0 * sdH[d + q]
-                acc[4 + q] += x1 * sdH[d + q]
-        o = (seg * 2 * KP + kp) * TJ + half * 4
+                d = sdH[idh + uint64(q)]
+                acc[q] += x0 * d
+                acc[4 + q] += x1 * d
+            ix += uint64(SEGS_C * XS)
+            idh += uint64(SEGS_C * TJ)
+        o = (seg * uint64(2 * KP) + kp) * TJ_U + half * uint64(4)
         for q in range(4):
-            sP[o + q] = acc[q]
-            sP[o + KP * TJ + q] = acc[4 + q]
+            sP[o + uint64(q)] = acc[q]
+            sP[o + uint64(KP * TJ + q)] = acc[4 + q]
     cuda.syncthreads()
 
 
 @cuda.jit(device=True)
-def update_tile(lr, W1, k0, j0, sP):
-    """W1[k0 + kk, j0 + jj] -= lr * (the SEGS_C shares of sP[:, kk, jj])."""
+def update_tile(lr, W1, k0, j0, sW, sP):
+    """W1[k0 + kk, j0 + jj] = sW[kk, jj] - lr * (the SEGS_C shares of sP[:, kk, jj]): sW holds the tile as phase A
+    read it, so nothing waits for a load."""
     K, hidden = W1.shape
     for o in range(cuda.threadIdx.x, TK * TJ, cuda.blockDim.x):
         kk = o // TJ
@@ -300,28 +342,35 @@ def update_tile(lr, W1, k0, j0, sP):
         for seg in range(SEGS_C):
             g += sP[seg * 2 * KP * TJ + o]
         if k0 + kk < K and j0 + jj < hidden:
-            W1[k0 + kk, j0 + jj] -= lr * g
+            W1[k0 + kk, j0 + jj] = sW[o] - lr * g
     cuda.syncthreads()
 
 
 @cuda.jit(device=True)
 def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
     """Hidden unit j < hidden: W2[j, c] -= lr sum_r H[r, j] dZ2[r, c] (c < C) and b1[j] -= lr sum_r dH[r, j]
-    (c = C); j == hidden: b2[c] -= lr sum_r dZ2[r, c]. Thread (lane, c) sums every (nt / NC_PAD)-th row."""
+    (c = C); j == hidden: b2[c] -= lr sum_r dZ2[r, c]. Thread (lane, c) sums two rows at a time."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = H.shape
     C = W2.shape[1]
     lane, c = t // NC_PAD, t % NC_PAD
-    acc = float32(0.0)
-    for r in range(lane, B, nt // NC_PAD):
+    lanes = nt // NC_PAD
+    acc0 = float32(0.0)
+    acc1 = float32(0.0)
+    for r in range(lane, B, 2 * lanes):          # rows r and r + lanes: both loads in flight
+        r1 = min(r + lanes, B - 1)
+        on = float32(1.0) if r + lanes < B else float32(0.0)
         if j == hidden:
             if c < C:
-                acc += dZ2[r, c]
+                acc0 += dZ2[r, c]
+                acc1 += on * dZ2[r1, c]
         elif c < C:
-            acc += H[r, j] * dZ2[r, c]
+            acc0 += H[r, j] * dZ2[r, c]
+            acc1 += on * H[r1, j] * dZ2[r1, c]
         elif c == C:
-            acc += dH[r, j]
-    sR[t] = acc
+            acc0 += dH[r, j]
+            acc1 += on * dH[r1, j]
+    sR[t] = acc0 + acc1
     g = lane_sums(sR, C + 1)
     if j == hidden:
         if t < C:
@@ -334,15 +383,16 @@ def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
 
 
 @cuda.jit(device=True)
-def phase_c(X, perm, base, lr, W1, b1, W2, b2, Zb, H, dZ2, dH, sRows, sX, sdH, sP, kept, T, i):
-    """Update: every tile of this block (X[batch, tile] restaged unless `kept`: a block that owns one tile still
-    holds it in sX from phase A), every hidden unit of this block, then Zb zeroed."""
+def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, kept, T, i):
+    """Update: the hidden units of this block (unit hidden - block first: block 0 takes b2), then every tile of
+    this block (X[batch, tile] and the tile of W1 restaged unless `kept`: a block that owns one tile still holds
+    both in shared memory from phase A)."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = H.shape
     K = W1.shape[0]
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
-    for j in range(cuda.blockIdx.x, hidden + 1, cuda.gridDim.x):
-        update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sP)
+    for u in range(cuda.blockIdx.x, hidden + 1, cuda.gridDim.x):
+        update_unit(hidden - u, lr, H, dZ2, dH, W2, b1, b2, sP)
     stamp(T, i, 11)
     for tile in range(cuda.blockIdx.x, ntiles, cuda.gridDim.x):
         k0, j0 = tile_origin(tile, hidden)
@@ -352,15 +402,13 @@ def phase_c(X, perm, base, lr, W1, b1, W2, b2, Zb, H, dZ2, dH, sRows, sX, sdH, s
             sdH[v] = dH[r, j0 + jj] if r < B and j0 + jj < hidden else float32(0.0)
         if not kept:
             stage_x(X, sRows, B, k0, sX)
+            stage_w(W1, k0, j0, sW)
         cuda.syncthreads()
         stamp(T, i, 12)
         tile_grads(sX, sdH, B, sP)
         stamp(T, i, 13)
-        update_tile(lr, W1, k0, j0, sP)
+        update_tile(lr, W1, k0, j0, sW, sP)
         stamp(T, i, 14)
-    for e in range(cuda.grid(1), B * hidden, cuda.gridsize(1)):
-        r = e // hidden
-        Zb[r, e - r * hidden] = float32(0.0)
 
 
 @cuda.jit(**_JIT)
@@ -370,24 +418,23 @@ def steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2, dH, l
     sW = cuda.shared.array(W_CELLS, float32)
     sP = cuda.shared.array(P_CELLS, float32)
     sdH = cuda.shared.array(DH_CELLS, float32)
+    sS = cuda.shared.array(32, float32)
     sRows = cuda.shared.array(MAX_BATCH, int32)
     grid = cuda.cg.this_grid()
     B = H.shape[0]
     kept = ((W1.shape[0] + TK - 1) // TK) * ((W1.shape[1] + TJ - 1) // TJ) <= cuda.gridDim.x
     for i in range(nsteps):
         step = step0 + i
-        Zb = Z[step % 2]
         stamp(T, i, 0)
-        phase_a(X, perm, step * B, W1, Zb, sRows, sX, sW, sP, T, i)
+        phase_a(X, perm, step * B, W1, Z, sRows, sX, sW, sP, T, i)
         stamp(T, i, 1)
-        grid.sync()
+        grid.sync()                              # Z is complete
         stamp(T, i, 2)
-        phase_b(y, perm, step * B, Zb, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i)
+        phase_b(y, perm, step * B, X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i)
         stamp(T, i, 3)
-        grid.sync()
+        grid.sync()                              # H, dZ2, dH are complete; Z is zero again
         stamp(T, i, 4)
-        phase_c(X, perm, step * B, lr, W1, b1, W2, b2, Zb, H, dZ2, dH, sRows, sX, sdH, sP, kept, T, i)
-        cuda.syncthreads()
+        phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, kept, T, i)
         stamp(T, i, 5)
 
 
@@ -397,24 +444,26 @@ def phase_a_kernel(X, perm, step, W1, Z, T):
     sW = cuda.shared.array(W_CELLS, float32)
     sP = cuda.shared.array(P_CELLS, float32)
     sRows = cuda.shared.array(MAX_BATCH, int32)
-    phase_a(X, perm, step * Z.shape[1], W1, Z[step % 2], sRows, sX, sW, sP, T, 0)
+    phase_a(X, perm, step * Z.shape[0], W1, Z, sRows, sX, sW, sP, T, 0)
 
 
 @cuda.jit(**_JIT)
-def phase_b_kernel(y, perm, step, b1, W2, b2, Z, H, dZ2, dH, losses, T):
+def phase_b_kernel(y, perm, step, X, b1, W2, b2, Z, H, dZ2, dH, losses, T):
     sP = cuda.shared.array(P_CELLS, float32)
-    phase_b(y, perm, step * H.shape[0], Z[step % 2], b1, W2, b2, H, dZ2, dH, losses, step, sP, T, 0)
+    sS = cuda.shared.array(32, float32)
+    phase_b(y, perm, step * H.shape[0], X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, 0)
 
 
 @cuda.jit(**_JIT)
-def phase_c_kernel(X, perm, step, lr, W1, b1, W2, b2, Z, H, dZ2, dH, T):
+def phase_c_kernel(X, perm, step, lr, W1, b1, W2, b2, H, dZ2, dH, T):
     sX = cuda.shared.array(X_CELLS, float32)
+    sW = cuda.shared.array(W_CELLS, float32)
     sP = cuda.shared.array(P_CELLS, float32)
     sdH = cuda.shared.array(DH_CELLS, float32)
     sRows = cuda.shared.array(MAX_BATCH, int32)
     B = H.shape[0]
     stage_rows(perm, step * B, B, sRows)
-    phase_c(X, perm, step * B, lr, W1, b1, W2, b2, Z[step % 2], H, dZ2, dH, sRows, sX, sdH, sP, False, T, 0)
+    phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, False, T, 0)
 
 
 MODES = ("phases", "step", "epoch")
@@ -428,15 +477,15 @@ class FusedTrainer:
         W1, b1, W2, b2 = (params[k] for k in ("W1", "b1", "W2", "b2"))
         K, hidden = W1.shape
         C = W2.shape[1]
-        if not (1 <= C < NC_PAD and 1 <= batch_size <= MAX_BATCH and 1 <= hidden <= R0):
-            raise ValueError(f"need at most {NC_PAD - 1} outputs, batch_size <= {MAX_BATCH}, hidden <= {R0}")
+        if not (1 <= C < NC_PAD and 1 <= batch_size <= MAX_BATCH and 1 <= hidden <= H_MAX and hidden * C <= P_CELLS - W2_0):
+            raise ValueError(f"need at most {NC_PAD - 1} outputs, batch_size <= {MAX_BATCH}, hidden <= {H_MAX}")
         self.params, self.lr, self.mode = params, np.float32(lr), mode
         self.threads = threads or course.pick(gpu=THREADS, sim=64)
         if self.threads % 32 or not 32 <= self.threads <= 512:
             raise ValueError(f"threads must be a multiple of 32 in [32, 512], got {self.threads}")
         self.W = (W1, b1, W2, b2)
         f32 = np.float32
-        self.Z = cuda.to_device(np.zeros((2, batch_size, hidden), f32))
+        self.Z = cuda.to_device(np.zeros((batch_size, hidden), f32))   # zero between steps
         self.H = cuda.device_array((batch_size, hidden), f32)
         self.dZ2 = cuda.device_array((batch_size, C), f32)
         self.dH = cuda.device_array((batch_size, hidden), f32)
@@ -452,7 +501,8 @@ class FusedTrainer:
             return 1
         argtypes = tuple(steps_kernel.typeof_pyval(a) for a in args)
         kernel = steps_kernel.compile(argtypes)
-        self._blocks = min(max(self.ntiles, self.batch_size), kernel.max_cooperative_grid_blocks(self.threads))
+        self._blocks = min(max(self.ntiles, self.batch_size, self.W[0].shape[1] + 1),
+                           kernel.max_cooperative_grid_blocks(self.threads))
         return self._blocks
 
     def launch_phases(self, X_d, y_d, perm_d, step, losses, stream=0, phases=(1, 2, 3)):
@@ -462,9 +512,9 @@ class FusedTrainer:
         if 1 in phases:
             phase_a_kernel[nb, nt, stream](X_d, perm_d, step, W1, self.Z, self.no_clocks)
         if 2 in phases:
-            phase_b_kernel[nb, nt, stream](y_d, perm_d, step, b1, W2, b2, self.Z, self.H, self.dZ2, self.dH, losses, self.no_clocks)
+            phase_b_kernel[nb, nt, stream](y_d, perm_d, step, X_d, b1, W2, b2, self.Z, self.H, self.dZ2, self.dH, losses, self.no_clocks)
         if 3 in phases:
-            phase_c_kernel[nb, nt, stream](X_d, perm_d, step, self.lr, W1, b1, W2, b2, self.Z, self.H, self.dZ2,
+            phase_c_kernel[nb, nt, stream](X_d, perm_d, step, self.lr, W1, b1, W2, b2, self.H, self.dZ2,
                                            self.dH, self.no_clocks)
 
     def phase_grids(self):
