@@ -41,6 +41,7 @@ H_MAX = 1024       # phase B: H[r] in sP[:H_MAX], the logits' partial sums in sP
 W2_0 = H_MAX + 512
 NC_PAD = 16        # classes padded
 UNROLL = 8         # loads in flight while staging
+KEEP_W = 1         # a block that owns one tile keeps it in shared memory between steps
 X_CELLS = MAX_BATCH * XS   # (shared arrays need plain constants)
 W_CELLS = TK * TJ
 DH_CELLS = MAX_BATCH * TJ
@@ -85,6 +86,11 @@ else:
             builder.call(asm, [ptr])
             return context.get_dummy_value()
         return types.void(X, i, k), codegen
+
+
+def ntiles_of(K, hidden):
+    """Tiles of a K x hidden W1."""
+    return cdiv(K, TK) * cdiv(hidden, TJ)
 
 
 def sgd_epoch_ref(X, y, perm, params, batch_size, lr):
@@ -134,38 +140,50 @@ def tile_origin(tile, hidden):
 @cuda.jit(device=True)
 def stage_rows(perm, base, B, sRows):
     """sRows[r] = perm[base + r]: the batch's rows of X."""
-    for r in range(cuda.threadIdx.x, B, cuda.blockDim.x):
+    r = cuda.threadIdx.x
+    while r < B:
         sRows[r] = perm[base + r]
+        r += cuda.blockDim.x
     cuda.syncthreads()
 
 
 @cuda.jit(device=True)
 def stage_x(X, sRows, B, k0, sX):
-    """sX[r, kk] = X[rows[r], k0 + kk] for r < MAX_BATCH, kk < XS; zeros past the batch and past the inputs.
-    UNROLL loads go out before the first store."""
-    t, nt = cuda.threadIdx.x, cuda.blockDim.x
+    """sX[r, kk] = X[rows[r], k0 + kk] for r < MAX_BATCH, kk < XS; zeros past the batch and past the inputs. Warp w
+    stages rows w, w + warps, w + 2 warps, w + 3 warps at once, lane l their inputs l, l + 32, l + 64, l + 96:
+    16 loads in flight per thread, no division."""
     K = X.shape[1]
-    x = cuda.local.array(UNROLL, float32)
-    for v0 in range(t, MAX_BATCH * XS, UNROLL * nt):
-        for q in range(UNROLL):
-            v = v0 + q * nt
-            r = v // XS
-            kk = v - r * XS
-            x[q] = X[sRows[r], k0 + kk] if r < B and kk < TK and k0 + kk < K else float32(0.0)
-        for q in range(UNROLL):
-            v = v0 + q * nt
-            if v < MAX_BATCH * XS:
-                sX[v] = x[q]
+    lane = cuda.threadIdx.x % 32
+    warps = cuda.blockDim.x // 32
+    x = cuda.local.array(16, float32)
+    r0 = cuda.threadIdx.x // 32
+    while r0 < MAX_BATCH:
+        for p in range(4):
+            r = r0 + p * warps
+            row = uint64(sRows[min(r, B - 1)])
+            for q in range(4):
+                kk = lane + 32 * q
+                ok = r < B and kk < TK and k0 + kk < K
+                x[4 * p + q] = X[row, uint64(min(k0 + kk, K - 1))] if ok else float32(0.0)
+        for p in range(4):
+            r = r0 + p * warps
+            for q in range(4):
+                kk = lane + 32 * q
+                if r < MAX_BATCH and kk < XS:
+                    sX[r * XS + kk] = x[4 * p + q]
+        r0 += 4 * warps
 
 
 @cuda.jit(device=True)
 def stage_w(W1, k0, j0, sW):
     """sW[kk, jj] = W1[k0 + kk, j0 + jj] (TK x TJ), zeros past the edges."""
     K, hidden = W1.shape
-    for v in range(cuda.threadIdx.x, TK * TJ, cuda.blockDim.x):
+    v = cuda.threadIdx.x
+    while v < TK * TJ:
         kk = v // TJ
         jj = v - kk * TJ
         sW[v] = W1[k0 + kk, j0 + jj] if k0 + kk < K and j0 + jj < hidden else float32(0.0)
+        v += cuda.blockDim.x
 
 
 @cuda.jit(device=True)
@@ -173,7 +191,8 @@ def forward_partials(sX, sW, sP):
     """sP[seg, r, jj] = sum over kk = seg, seg + SEGS, ... of sX[r, kk] sW[kk, jj]: thread u = (seg, half, rp)
     sums rows rp and rp + 32 x units 4 half .. 4 half + 3 (8 accumulators, 6 loads per 8 multiply-adds)."""
     acc = cuda.local.array(8, float32)
-    for u in range(cuda.threadIdx.x, SEGS * 64, cuda.blockDim.x):
+    u = cuda.threadIdx.x
+    while u < SEGS * 64:
         seg = uint64(u // 64)
         half = uint64((u // 32) % 2)
         rp = uint64(u % 32)
@@ -194,6 +213,7 @@ def forward_partials(sX, sW, sP):
         for q in range(4):
             sP[o + uint64(q)] = acc[q]
             sP[o + uint64(32 * TJ + q)] = acc[4 + q]
+        u += cuda.blockDim.x
     cuda.syncthreads()
 
 
@@ -201,7 +221,8 @@ def forward_partials(sX, sW, sP):
 def add_partials(sP, B, j0, Z):
     """Z[r, j0 + jj] += the SEGS shares of sP[:, r, jj], atomically (the tiles of other inputs add theirs)."""
     hidden = Z.shape[1]
-    for o in range(cuda.threadIdx.x, B * TJ, cuda.blockDim.x):
+    o = cuda.threadIdx.x
+    while o < B * TJ:
         r = o // TJ
         jj = o - r * TJ
         s = float32(0.0)
@@ -209,26 +230,33 @@ def add_partials(sP, B, j0, Z):
             s += sP[seg * MAX_BATCH * TJ + o]
         if j0 + jj < hidden:
             cuda.atomic.add(Z, (r, j0 + jj), s)
+        o += cuda.blockDim.x
     cuda.syncthreads()
 
 
 @cuda.jit(device=True)
-def phase_a(X, perm, base, W1, Z, sRows, sX, sW, sP, T, i):
-    """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z."""
+def phase_a(X, perm, base, W1, Z, sRows, sX, sW, sP, fresh, T, i):
+    """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is staged when
+    `fresh` (else sW still holds it, as phase C left it)."""
     B = Z.shape[0]
     K, hidden = W1.shape
     stage_rows(perm, base, B, sRows)
     stamp(T, i, 6)
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
-    for tile in range(cuda.blockIdx.x, ntiles, cuda.gridDim.x):
+    tile = cuda.blockIdx.x
+    while tile < ntiles:
         k0, j0 = tile_origin(tile, hidden)
-        stage_w(W1, k0, j0, sW)
+        if fresh or not KEEP_W:
+            stage_w(W1, k0, j0, sW)
+            cuda.syncthreads()
+        stamp(T, i, 15)
         stage_x(X, sRows, B, k0, sX)
         cuda.syncthreads()
         stamp(T, i, 7)
         forward_partials(sX, sW, sP)
         stamp(T, i, 8)
         add_partials(sP, B, j0, Z)
+        tile += cuda.gridDim.x
 
 
 @cuda.jit(device=True)
@@ -242,21 +270,27 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i
     sH = sP[:H_MAX]
     sR = sP[H_MAX:W2_0]
     sW2 = sP[W2_0:]
-    for j in range(t, hidden, nt):
+    j = t
+    while j < hidden:
         h = max(Z[r, j] + b1[j], float32(0.0))
         Z[r, j] = float32(0.0)                   # read once: zero again for the next step's sums
         sH[j] = h
         H[r, j] = h
-    for v in range(t, hidden * C, nt):
+        j += nt
+    v = t
+    while v < hidden * C:
         jv = v // C
         sW2[v] = W2[jv, v - jv * C]
+        v += nt
     cuda.syncthreads()
     stamp(T, i, 9)
     lane, c = t // NC_PAD, t % NC_PAD
     acc = float32(0.0)
     if c < C:
-        for j in range(lane, hidden, nt // NC_PAD):
+        j = lane
+        while j < hidden:
             acc += sH[j] * sW2[j * C + c]
+            j += nt // NC_PAD
     sP[H_MAX + t] = acc
     z = lane_sums(sR, C)
     if t < C:
@@ -276,11 +310,13 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i
         if t == label:
             cuda.atomic.add(losses, step, (math.log(s) - (sS[t] - m)) / float32(B))
     cuda.syncthreads()
-    for j in range(t, hidden, nt):
+    j = t
+    while j < hidden:
         g = float32(0.0)
         for c2 in range(C):
             g += sS[NC_PAD + c2] * sW2[j * C + c2]
         dH[r, j] = g if sH[j] > float32(0.0) else float32(0.0)
+        j += nt
     cuda.syncthreads()                           # sP and sS are reused by the next row
 
 
@@ -290,14 +326,17 @@ def phase_b(y, perm, base, X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T
     rows of X (a 128-byte line per thread), so that the next phase A stages them from L2, not from DRAM."""
     B = H.shape[0]
     K = X.shape[1]
-    for r in range(cuda.blockIdx.x, B, cuda.gridDim.x):
+    r = cuda.blockIdx.x
+    while r < B:
         row_backward(r, y[perm[base + r]], Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i)
+        r += cuda.gridDim.x
     if cuda.blockIdx.x >= B and base + 2 * B <= perm.shape[0]:
         lines = (K + 31) // 32 + 1               # 128-byte lines of a row of X (one more when unaligned)
-        for v in range((cuda.blockIdx.x - B) * cuda.blockDim.x + cuda.threadIdx.x, B * lines,
-                       (cuda.gridDim.x - B) * cuda.blockDim.x):
+        v = (cuda.blockIdx.x - B) * cuda.blockDim.x + cuda.threadIdx.x
+        while v < B * lines:
             rr = v // lines
             prefetch_l2(X, perm[base + B + rr], min((v - rr * lines) * 32, K - 1))
+            v += (cuda.gridDim.x - B) * cuda.blockDim.x
 
 
 @cuda.jit(device=True)
@@ -305,7 +344,8 @@ def tile_grads(sX, sdH, B, sP):
     """sP[seg, kk, jj] = sum over r = seg, seg + SEGS_C, ... of sX[r, kk] sdH[r, jj] for kk < 2 KP: thread
     u = (seg, half, kp) sums inputs kp and kp + KP x units 4 half .. 4 half + 3."""
     acc = cuda.local.array(8, float32)
-    for u in range(cuda.threadIdx.x, SEGS_C * 2 * KP, cuda.blockDim.x):
+    u = cuda.threadIdx.x
+    while u < SEGS_C * 2 * KP:
         seg = uint64(u // (2 * KP))
         half = uint64((u // KP) % 2)
         kp = uint64(u % KP)
@@ -327,6 +367,7 @@ def tile_grads(sX, sdH, B, sP):
         for q in range(4):
             sP[o + uint64(q)] = acc[q]
             sP[o + uint64(KP * TJ + q)] = acc[4 + q]
+        u += cuda.blockDim.x
     cuda.syncthreads()
 
 
@@ -335,14 +376,18 @@ def update_tile(lr, W1, k0, j0, sW, sP):
     """W1[k0 + kk, j0 + jj] = sW[kk, jj] - lr * (the SEGS_C shares of sP[:, kk, jj]): sW holds the tile as phase A
     read it, so nothing waits for a load."""
     K, hidden = W1.shape
-    for o in range(cuda.threadIdx.x, TK * TJ, cuda.blockDim.x):
+    o = cuda.threadIdx.x
+    while o < TK * TJ:
         kk = o // TJ
         jj = o - kk * TJ
         g = float32(0.0)
         for seg in range(SEGS_C):
             g += sP[seg * 2 * KP * TJ + o]
         if k0 + kk < K and j0 + jj < hidden:
-            W1[k0 + kk, j0 + jj] = sW[o] - lr * g
+            w = sW[o] - lr * g
+            sW[o] = w                            # the block's copy stays current (phase A need not restage it)
+            W1[k0 + kk, j0 + jj] = w
+        o += cuda.blockDim.x
     cuda.syncthreads()
 
 
@@ -357,7 +402,8 @@ def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
     lanes = nt // NC_PAD
     acc0 = float32(0.0)
     acc1 = float32(0.0)
-    for r in range(lane, B, 2 * lanes):          # rows r and r + lanes: both loads in flight
+    r = lane
+    while r < B:          # rows r and r + lanes: both loads in flight
         r1 = min(r + lanes, B - 1)
         on = float32(1.0) if r + lanes < B else float32(0.0)
         if j == hidden:
@@ -370,6 +416,7 @@ def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
         elif c == C:
             acc0 += dH[r, j]
             acc1 += on * dH[r1, j]
+        r += 2 * lanes
     sR[t] = acc0 + acc1
     g = lane_sums(sR, C + 1)
     if j == hidden:
@@ -391,15 +438,20 @@ def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, kept, T, 
     B, hidden = H.shape
     K = W1.shape[0]
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
-    for u in range(cuda.blockIdx.x, hidden + 1, cuda.gridDim.x):
+    u = cuda.blockIdx.x
+    while u < hidden + 1:
         update_unit(hidden - u, lr, H, dZ2, dH, W2, b1, b2, sP)
+        u += cuda.gridDim.x
     stamp(T, i, 11)
-    for tile in range(cuda.blockIdx.x, ntiles, cuda.gridDim.x):
+    tile = cuda.blockIdx.x
+    while tile < ntiles:
         k0, j0 = tile_origin(tile, hidden)
-        for v in range(t, MAX_BATCH * TJ, nt):
+        v = t
+        while v < MAX_BATCH * TJ:
             r = v // TJ
             jj = v - r * TJ
             sdH[v] = dH[r, j0 + jj] if r < B and j0 + jj < hidden else float32(0.0)
+            v += nt
         if not kept:
             stage_x(X, sRows, B, k0, sX)
             stage_w(W1, k0, j0, sW)
@@ -409,6 +461,7 @@ def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, kept, T, 
         stamp(T, i, 13)
         update_tile(lr, W1, k0, j0, sW, sP)
         stamp(T, i, 14)
+        tile += cuda.gridDim.x
 
 
 @cuda.jit(**_JIT)
@@ -426,7 +479,7 @@ def steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2, dH, l
     for i in range(nsteps):
         step = step0 + i
         stamp(T, i, 0)
-        phase_a(X, perm, step * B, W1, Z, sRows, sX, sW, sP, T, i)
+        phase_a(X, perm, step * B, W1, Z, sRows, sX, sW, sP, not kept or i == 0, T, i)
         stamp(T, i, 1)
         grid.sync()                              # Z is complete
         stamp(T, i, 2)
@@ -444,7 +497,7 @@ def phase_a_kernel(X, perm, step, W1, Z, T):
     sW = cuda.shared.array(W_CELLS, float32)
     sP = cuda.shared.array(P_CELLS, float32)
     sRows = cuda.shared.array(MAX_BATCH, int32)
-    phase_a(X, perm, step * Z.shape[0], W1, Z, sRows, sX, sW, sP, T, 0)
+    phase_a(X, perm, step * Z.shape[0], W1, Z, sRows, sX, sW, sP, True, T, 0)
 
 
 @cuda.jit(**_JIT)
