@@ -31,7 +31,8 @@ from course.util import cdiv, require
 
 TJ = 8             # hidden units per tile (two groups of 4: a thread's 4 accumulators per row)
 TK = 98            # inputs per tile (784 = 8 x 98)
-XS = TK + 1        # row stride of the staged X[batch, tile] (odd: 32 rows at one input sit in 32 banks)
+TKP = 104          # TK padded to a multiple of SEGS (zeros): every thread's loop has the same, constant length
+XS = TKP + 1       # row stride of the staged X[batch, tile] (odd: 32 rows at one input sit in 32 banks)
 MAX_BATCH = 64     # rows r and r + 32 per thread
 SEGS = 8           # phase A: shares of the TK inputs (SEGS * 64 threads)
 SEGS_C = 4         # phase C: shares of the batch rows (SEGS_C * 128 threads)
@@ -43,8 +44,9 @@ NC_PAD = 16        # classes padded
 UNROLL = 8         # loads in flight while staging
 KEEP_W = 1         # a block that owns one tile keeps it in shared memory between steps
 X_CELLS = MAX_BATCH * XS   # (shared arrays need plain constants)
-W_CELLS = TK * TJ
+W_CELLS = TKP * TJ
 DH_CELLS = MAX_BATCH * TJ
+DH_PER = 2 if not course.SIMULATOR else 8   # phase C: cells of sdH per thread (blocks >= DH_CELLS / DH_PER threads)
 THREADS = 512
 REGS = 128
 XS_U = uint64(XS)  # unsigned: numba checks signed indices for wraparound (5 more instructions per load)
@@ -116,18 +118,22 @@ def stamp(T, i, point):
 
 @cuda.jit(device=True)
 def lane_sums(sR, n):
-    """Thread c < n: the sum of sR[lane * NC_PAD + c] over the block's lanes (blockDim / NC_PAD of them), two sums
-    in flight. Every thread must call it (it waits for the partial sums first)."""
+    """Thread c < n: the sum of sR[lane * NC_PAD + c] over the block's lanes (blockDim / NC_PAD <= 32 of them, a multiple of 4). Every thread must call it (it waits for the partial sums first)."""
     cuda.syncthreads()
     lanes = cuda.blockDim.x // NC_PAD
     c = cuda.threadIdx.x
     s0 = float32(0.0)
     s1 = float32(0.0)
+    s2 = float32(0.0)
+    s3 = float32(0.0)
     if c < n:
-        for lane in range(0, lanes, 2):
-            s0 += sR[lane * NC_PAD + c]
-            s1 += sR[(lane + 1) * NC_PAD + c]
-    return s0 + s1
+        for l4 in range(8):                      # constant length: the loads go out together
+            if 4 * l4 < lanes:
+                s0 += sR[(4 * l4) * NC_PAD + c]
+                s1 += sR[(4 * l4 + 1) * NC_PAD + c]
+                s2 += sR[(4 * l4 + 2) * NC_PAD + c]
+                s3 += sR[(4 * l4 + 3) * NC_PAD + c]
+    return (s0 + s1) + (s2 + s3)
 
 
 @cuda.jit(device=True)
@@ -179,10 +185,10 @@ def stage_w(W1, k0, j0, sW):
     """sW[kk, jj] = W1[k0 + kk, j0 + jj] (TK x TJ), zeros past the edges."""
     K, hidden = W1.shape
     v = cuda.threadIdx.x
-    while v < TK * TJ:
+    while v < TKP * TJ:
         kk = v // TJ
         jj = v - kk * TJ
-        sW[v] = W1[k0 + kk, j0 + jj] if k0 + kk < K and j0 + jj < hidden else float32(0.0)
+        sW[v] = W1[k0 + kk, j0 + jj] if kk < TK and k0 + kk < K and j0 + jj < hidden else float32(0.0)
         v += cuda.blockDim.x
 
 
@@ -200,7 +206,7 @@ def forward_partials(sX, sW, sP):
             acc[q] = float32(0.0)
         ix = rp * XS_U + seg                     # sX[rp, seg]
         iw = seg * TJ_U + half * uint64(4)       # sW[seg, 4 half]
-        for _ in range((TK - u // 64 + SEGS - 1) // SEGS):
+        for _ in range(TKP // SEGS):              # constant length: unrolled, the loads scheduled ahead
             x0 = sX[ix]
             x1 = sX[ix + uint64(32 * XS)]
             for q in range(4):
@@ -260,6 +266,14 @@ def phase_a(X, perm, base, W1, Z, sRows, sX, sW, sP, fresh, T, i):
 
 
 @cuda.jit(device=True)
+def load_w2(W2, j0, c, lanes, w):
+    """w[m] = W2[j0 + m * lanes, c] for m < 4 (clamped inside W2: only stored where in range)."""
+    hidden, C = W2.shape
+    for m in range(4):
+        w[m] = W2[min(j0 + m * lanes, hidden - 1), min(c, C - 1)]
+
+
+@cuda.jit(device=True)
 def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i):
     """Batch row r: H[r] = ReLU(Z[r] + b1) (Z[r] zeroed for the next step), the logits (thread (lane, class) sums
     every lanes-th unit), softmax, dZ2[r], dH[r] = (dZ2[r] W2^T) * [H[r] > 0], the row's loss. W2 is staged in
@@ -270,6 +284,11 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i
     sH = sP[:H_MAX]
     sR = sP[H_MAX:W2_0]
     sW2 = sP[W2_0:]
+    lane, c = t // NC_PAD, t % NC_PAD
+    lanes = nt // NC_PAD
+    w = cuda.local.array(4, float32)
+    j0 = lane
+    load_w2(W2, j0, c, lanes, w)                 # in flight while H[r] loads
     j = t
     while j < hidden:
         h = max(Z[r, j] + b1[j], float32(0.0))
@@ -277,21 +296,26 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i
         sH[j] = h
         H[r, j] = h
         j += nt
-    v = t
-    while v < hidden * C:
-        jv = v // C
-        sW2[v] = W2[jv, v - jv * C]
-        v += nt
+    while j0 < hidden:
+        for m in range(4):
+            jm = j0 + m * lanes
+            if jm < hidden and c < C:
+                sW2[jm * C + c] = w[m]
+        j0 += 4 * lanes
+        load_w2(W2, j0, c, lanes, w)
     cuda.syncthreads()
     stamp(T, i, 9)
-    lane, c = t // NC_PAD, t % NC_PAD
-    acc = float32(0.0)
+    acc = cuda.local.array(4, float32)           # thread (lane, c): units lane, lane + lanes, ... four at a time
+    for m in range(4):
+        acc[m] = float32(0.0)
     if c < C:
-        j = lane
-        while j < hidden:
-            acc += sH[j] * sW2[j * C + c]
-            j += nt // NC_PAD
-    sP[H_MAX + t] = acc
+        j0 = lane
+        while j0 < hidden:
+            for m in range(4):
+                jm = min(j0 + m * lanes, H_MAX - 1)
+                acc[m] += sH[jm] * sW2[jm * C + c] if j0 + m * lanes < hidden else float32(0.0)
+            j0 += 4 * lanes
+    sP[H_MAX + t] = (acc[0] + acc[1]) + (acc[2] + acc[3])
     z = lane_sums(sR, C)
     if t < C:
         sS[t] = z + b2[t]
@@ -354,7 +378,7 @@ def tile_grads(sX, sdH, B, sP):
             acc[q] = float32(0.0)
         ix = seg * XS_U                          # sX[seg, 0]
         idh = seg * TJ_U + half * uint64(4)      # sdH[seg, 4 half]
-        for _ in range((B - u // (2 * KP) + SEGS_C - 1) // SEGS_C):
+        for _ in range(MAX_BATCH // SEGS_C):      # rows past the batch are zeros in sX and sdH
             x0 = sX[ix + kp]
             x1 = sX[ix + k1]
             for q in range(4):
@@ -430,6 +454,17 @@ def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
 
 
 @cuda.jit(device=True)
+def load_dh(dH, j0, d):
+    """d[q] = dH[r, j0 + jj] for cell v = t + q * blockDim = r * TJ + jj of sdH (zeros past the edges)."""
+    B, hidden = dH.shape
+    for q in range(DH_PER):
+        v = cuda.threadIdx.x + q * cuda.blockDim.x
+        r = v // TJ
+        jj = v - r * TJ
+        d[q] = dH[min(r, B - 1), min(j0 + jj, hidden - 1)] if r < B and j0 + jj < hidden else float32(0.0)
+
+
+@cuda.jit(device=True)
 def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, kept, T, i):
     """Update: the hidden units of this block (unit hidden - block first: block 0 takes b2), then every tile of
     this block (X[batch, tile] and the tile of W1 restaged unless `kept`: a block that owns one tile still holds
@@ -438,20 +473,20 @@ def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, kept, T, 
     B, hidden = H.shape
     K = W1.shape[0]
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
+    d = cuda.local.array(DH_PER, float32)
+    tile = cuda.blockIdx.x
+    k0, j0 = tile_origin(tile, hidden)
+    load_dh(dH, j0, d)                           # in flight during the unit updates
     u = cuda.blockIdx.x
     while u < hidden + 1:
         update_unit(hidden - u, lr, H, dZ2, dH, W2, b1, b2, sP)
         u += cuda.gridDim.x
     stamp(T, i, 11)
-    tile = cuda.blockIdx.x
     while tile < ntiles:
-        k0, j0 = tile_origin(tile, hidden)
-        v = t
-        while v < MAX_BATCH * TJ:
-            r = v // TJ
-            jj = v - r * TJ
-            sdH[v] = dH[r, j0 + jj] if r < B and j0 + jj < hidden else float32(0.0)
-            v += nt
+        for q in range(DH_PER):
+            v = t + q * nt
+            if v < DH_CELLS:
+                sdH[v] = d[q]
         if not kept:
             stage_x(X, sRows, B, k0, sX)
             stage_w(W1, k0, j0, sW)
@@ -462,6 +497,8 @@ def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, kept, T, 
         update_tile(lr, W1, k0, j0, sW, sP)
         stamp(T, i, 14)
         tile += cuda.gridDim.x
+        k0, j0 = tile_origin(tile, hidden)
+        load_dh(dH, j0, d)
 
 
 @cuda.jit(**_JIT)
@@ -534,8 +571,8 @@ class FusedTrainer:
             raise ValueError(f"need at most {NC_PAD - 1} outputs, batch_size <= {MAX_BATCH}, hidden <= {H_MAX}")
         self.params, self.lr, self.mode = params, np.float32(lr), mode
         self.threads = threads or course.pick(gpu=THREADS, sim=64)
-        if self.threads % 32 or not 32 <= self.threads <= 512:
-            raise ValueError(f"threads must be a multiple of 32 in [32, 512], got {self.threads}")
+        if self.threads % 64 or not DH_CELLS // DH_PER <= self.threads <= 512:
+            raise ValueError(f"threads must be a multiple of 64 in [{DH_CELLS // DH_PER}, 512], got {self.threads}")
         self.W = (W1, b1, W2, b2)
         f32 = np.float32
         self.Z = cuda.to_device(np.zeros((batch_size, hidden), f32))   # zero between steps
