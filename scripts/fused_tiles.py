@@ -241,17 +241,17 @@ def add_partials(sP, B, j0, Z):
 
 
 @cuda.jit(device=True)
-def phase_a(X, perm, base, W1, Z, sRows, sX, sW, sP, fresh, T, i):
+def phase_a(X, perm, base, W1, Z, sRows, sX, sW, sP, origin, fresh, T, i):
     """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is staged when
-    `fresh` (else sW still holds it, as phase C left it)."""
+    `fresh` (else sW still holds it, as phase C left it). origin: tile_origin of the block's first tile."""
     B = Z.shape[0]
     K, hidden = W1.shape
     stage_rows(perm, base, B, sRows)
     stamp(T, i, 6)
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
     tile = cuda.blockIdx.x
+    k0, j0 = origin
     while tile < ntiles:
-        k0, j0 = tile_origin(tile, hidden)
         if fresh or not KEEP_W:
             stage_w(W1, k0, j0, sW)
             cuda.syncthreads()
@@ -263,6 +263,7 @@ def phase_a(X, perm, base, W1, Z, sRows, sX, sW, sP, fresh, T, i):
         stamp(T, i, 8)
         add_partials(sP, B, j0, Z)
         tile += cuda.gridDim.x
+        k0, j0 = tile_origin(tile, hidden)
 
 
 @cuda.jit(device=True)
@@ -323,11 +324,13 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i
     stamp(T, i, 10)
     if t < C:                                    # thread c: (P[c] - onehot[c]) / B
         m = sS[0]
-        for c2 in range(1, C):
-            m = max(m, sS[c2])
+        for c2 in range(1, NC_PAD):              # constant length: unrolled, the loads go out together
+            if c2 < C:
+                m = max(m, sS[c2])
         s = float32(0.0)
-        for c2 in range(C):
-            s += math.exp(sS[c2] - m)
+        for c2 in range(NC_PAD):
+            if c2 < C:
+                s += math.exp(sS[c2] - m)
         dz = (math.exp(sS[t] - m) / s - (float32(1.0) if t == label else float32(0.0))) / float32(B)
         dZ2[r, t] = dz
         sS[NC_PAD + t] = dz
@@ -337,8 +340,9 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i
     j = t
     while j < hidden:
         g = float32(0.0)
-        for c2 in range(C):
-            g += sS[NC_PAD + c2] * sW2[j * C + c2]
+        for c2 in range(NC_PAD):
+            if c2 < C:
+                g += sS[NC_PAD + c2] * sW2[j * C + c2]
         dH[r, j] = g if sH[j] > float32(0.0) else float32(0.0)
         j += nt
     cuda.syncthreads()                           # sP and sS are reused by the next row
@@ -465,7 +469,7 @@ def load_dh(dH, j0, d):
 
 
 @cuda.jit(device=True)
-def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, kept, T, i):
+def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, origin, kept, T, i):
     """Update: the hidden units of this block (unit hidden - block first: block 0 takes b2), then every tile of
     this block (X[batch, tile] and the tile of W1 restaged unless `kept`: a block that owns one tile still holds
     both in shared memory from phase A)."""
@@ -475,7 +479,7 @@ def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, kept, T, 
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
     d = cuda.local.array(DH_PER, float32)
     tile = cuda.blockIdx.x
-    k0, j0 = tile_origin(tile, hidden)
+    k0, j0 = origin
     load_dh(dH, j0, d)                           # in flight during the unit updates
     u = cuda.blockIdx.x
     while u < hidden + 1:
@@ -513,10 +517,11 @@ def steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2, dH, l
     grid = cuda.cg.this_grid()
     B = H.shape[0]
     kept = ((W1.shape[0] + TK - 1) // TK) * ((W1.shape[1] + TJ - 1) // TJ) <= cuda.gridDim.x
+    origin = tile_origin(cuda.blockIdx.x, W1.shape[1])    # (k0, j0) of the block's first tile, once
     for i in range(nsteps):
         step = step0 + i
         stamp(T, i, 0)
-        phase_a(X, perm, step * B, W1, Z, sRows, sX, sW, sP, not kept or i == 0, T, i)
+        phase_a(X, perm, step * B, W1, Z, sRows, sX, sW, sP, origin, not kept or i == 0, T, i)
         stamp(T, i, 1)
         grid.sync()                              # Z is complete
         stamp(T, i, 2)
@@ -524,7 +529,7 @@ def steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2, dH, l
         stamp(T, i, 3)
         grid.sync()                              # H, dZ2, dH are complete; Z is zero again
         stamp(T, i, 4)
-        phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, kept, T, i)
+        phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, origin, kept, T, i)
         stamp(T, i, 5)
 
 
@@ -534,7 +539,8 @@ def phase_a_kernel(X, perm, step, W1, Z, T):
     sW = cuda.shared.array(W_CELLS, float32)
     sP = cuda.shared.array(P_CELLS, float32)
     sRows = cuda.shared.array(MAX_BATCH, int32)
-    phase_a(X, perm, step * Z.shape[0], W1, Z, sRows, sX, sW, sP, True, T, 0)
+    phase_a(X, perm, step * Z.shape[0], W1, Z, sRows, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]), True,
+            T, 0)
 
 
 @cuda.jit(**_JIT)
@@ -553,7 +559,8 @@ def phase_c_kernel(X, perm, step, lr, W1, b1, W2, b2, H, dZ2, dH, T):
     sRows = cuda.shared.array(MAX_BATCH, int32)
     B = H.shape[0]
     stage_rows(perm, step * B, B, sRows)
-    phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, False, T, 0)
+    phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
+            False, T, 0)
 
 
 MODES = ("phases", "step", "epoch")
