@@ -42,6 +42,7 @@ H_MAX = 1024       # phase B: H[r] in sP[:H_MAX], the logits' partial sums in sP
 W2_0 = H_MAX + 512
 NC_PAD = 16        # classes padded
 UNROLL = 8         # loads in flight while staging
+SKIP = 0           # TIMING ONLY (wrong results): 1 no unit updates, 2 no X staging, 4 no W2 staging
 KEEP_W = 1         # a block that owns one tile keeps it in shared memory between steps
 X_CELLS = MAX_BATCH * XS   # (shared arrays need plain constants)
 W_CELLS = TKP * TJ
@@ -256,7 +257,8 @@ def phase_a(X, perm, base, W1, Z, sRows, sX, sW, sP, origin, fresh, T, i):
             stage_w(W1, k0, j0, sW)
             cuda.syncthreads()
         stamp(T, i, 15)
-        stage_x(X, sRows, B, k0, sX)
+        if not SKIP & 2:
+            stage_x(X, sRows, B, k0, sX)
         cuda.syncthreads()
         stamp(T, i, 7)
         forward_partials(sX, sW, sP)
@@ -297,7 +299,7 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i
         sH[j] = h
         H[r, j] = h
         j += nt
-    while j0 < hidden:
+    while j0 < hidden and not SKIP & 4:
         for m in range(4):
             jm = j0 + m * lanes
             if jm < hidden and c < C:
@@ -428,6 +430,14 @@ def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
     C = W2.shape[1]
     lane, c = t // NC_PAD, t % NC_PAD
     lanes = nt // NC_PAD
+    old = float32(0.0)                           # the parameter this thread updates, loaded before the sums
+    if t < C + 1:
+        if j == hidden:
+            old = b2[min(t, C - 1)]
+        elif t < C:
+            old = W2[j, t]
+        else:
+            old = b1[j]
     acc0 = float32(0.0)
     acc1 = float32(0.0)
     r = lane
@@ -449,11 +459,11 @@ def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
     g = lane_sums(sR, C + 1)
     if j == hidden:
         if t < C:
-            b2[t] -= lr * g
+            b2[t] = old - lr * g
     elif t < C:
-        W2[j, t] -= lr * g
+        W2[j, t] = old - lr * g
     elif t == C:
-        b1[j] -= lr * g
+        b1[j] = old - lr * g
     cuda.syncthreads()                           # sR is reused by the next unit
 
 
@@ -482,7 +492,7 @@ def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, origin, k
     k0, j0 = origin
     load_dh(dH, j0, d)                           # in flight during the unit updates
     u = cuda.blockIdx.x
-    while u < hidden + 1:
+    while u < hidden + 1 and not SKIP & 1:
         update_unit(hidden - u, lr, H, dZ2, dH, W2, b1, b2, sP)
         u += cuda.gridDim.x
     stamp(T, i, 11)
