@@ -2,46 +2,57 @@
 # Edit the notebook, not this file: CI fails when the two disagree.
 
 # %% notebooks/08_performance.ipynb cell c039
-"""The fused training loop (notebook 08): a whole SGD step of the 784-H-10 MLP in three phases that every SM shares,
+"""The fused training loop (notebook 08): a whole SGD step of the 784-H-10 MLP in three phases spread over every SM,
 run as three launches per step, as ONE cooperative launch per step, or as ONE cooperative launch per EPOCH with
-grid-wide barriers between the phases.
+two grid-wide barriers a step. Block b OWNS tile b of W1 (TK inputs x TJ hidden units: 98 x 8, so 8 x 16 = 128
+tiles for 784-128) and, when it owns one tile, keeps it in shared memory for the whole launch.
 
-Phase 1, forward, in tiles of TR batch rows x TJ hidden units: H = ReLU(X[rows] W1 + b1), and the tile's share of
-the logits, H[rows, tile] W2[tile, :], added atomically into `logits` (zero before the step; b2 added once per row).
-Phase 2, backward, one block per batch row: the row's softmax, its loss, dZ2 = (P - onehot) / B and
-dH = (dZ2 W2^T) * [H > 0].
-Phase 3, update: every parameter's gradient (a sum over the batch) and its SGD step, in place, one thread per
-parameter (race-free); dH and the batch's columns of X are staged in shared memory first. `logits` is zeroed for
-the next step. W2 is read in phases 1 and 2 and written in phase 3: the barriers between the phases order that."""
+Phase A, forward, per tile: the batch's TK inputs X[batch, tile] and the tile of W1 in shared memory; each thread
+sums a 2-row x 4-unit block of X W1 over 1/SEGS of the inputs; the shares are added in shared memory and then,
+atomically, into Z (the pre-activations, (B, hidden), zero before the step): 8 tiles add into each cell.
+-- grid barrier: Z is complete --
+Phase B, backward, per batch row r: H[r] = ReLU(Z[r] + b1) (Z[r] zeroed again), the logits, the softmax, the loss,
+dZ2[r] = (P - onehot) / B and dH[r] = (dZ2[r] W2^T) * [H[r] > 0]. The blocks without a row ask the L2 cache for
+the next batch's rows of X.
+-- grid barrier: dZ2, dH, H are complete --
+Phase C, update: per hidden unit j (a block each) W2[j], b1[j] and b2; per tile dW1[tile] = X[batch, tile]^T
+dH[:, tile] (the X still in shared memory from phase A) and W1[tile] -= lr dW1.
+No barrier after C: the next phase A reads only the block's own tile of W1, and Z, which phase B zeroed."""
 import math
 import time
 
 import numpy as np
-from numba import cuda, float32, int32, uint64
+from numba import cuda, float32, int32, types, uint64
 
 import course
+from course import timing
 from course.grad import mlp_grads_ref, mlp_loss_ref
 from course.loss import zero_kernel
 from course.train import evaluate, init_params
 from course.update import check_loss
 from course.util import cdiv, require
 
-TR = 8             # forward tile: batch rows (batch 64, hidden 128: 8 x 16 = 128 tiles for 132 SMs)
-TJ = 8             # forward tile: hidden units (TR * TJ = 64 outputs per tile)
-KC = 512           # forward tile: inputs staged per round (784 inputs: 2 rounds)
-XS = KC + 1        # row stride of the staged rows of X (+1: the 4 rows a warp reads at once sit in 4 banks)
-DH_CELLS = 8192    # update: dH (B, hidden) staged in shared memory, so batch_size * hidden <= 8192
-X_CELLS = 1024     # update: X[rows, k] for the rows k of W1 a block updates at once
-NC_PAD = 16        # classes padded: at most 15 outputs (cell C of a column's sums holds b1's)
-LANES = 32         # at most this many lanes split the batch sum of a column of W2 (LANES * NC_PAD cells)
-MAX_THREADS = 1024
-MAX_BATCH = 1024   # the batch's row numbers, staged in shared memory
-FWD_CELLS = TR * XS + KC * TJ + MAX_THREADS + TR * TJ   # phase 1: rows of X, a strip of W1, partial sums, H tile
-UPD_CELLS = DH_CELLS + X_CELLS + LANES * NC_PAD          # phase 3: dH, columns of X, partial column sums
-SCRATCH = max(FWD_CELLS, UPD_CELLS)   # floats per block: 38 KB (+ 4 KB of row numbers) of the 48 KB allowed
-UNROLL = 8         # loads a thread issues before it waits for the first (a loop of constant length is unrolled)
-REGS = 128         # registers per thread at most, so that 512-thread blocks fit one per SM
+TJ = 8             # hidden units per tile: two groups of 4, a thread's 4 accumulators per row
+TK = 98            # inputs per tile (784 = 8 x 98)
+TKP = 104          # TK padded with zeros to a multiple of SEGS: every thread's loop has one constant length
+XS = TKP + 1       # row stride of the staged X[batch, tile] (odd: 32 rows at one input sit in 32 banks)
+MAX_BATCH = 64     # a thread's rows are r and r + 32
+SEGS = 8           # phase A: shares of the inputs (SEGS x 64 threads)
+SEGS_C = 4         # phase C: shares of the batch rows (SEGS_C x 128 threads)
+KP = 64            # phase C: a thread's inputs are kk and kk + KP
+P_CELLS = 4096     # shared partial sums: SEGS x MAX_BATCH x TJ (A), SEGS_C x 2 KP x TJ (C); phase B below
+H_MAX = 1024       # phase B: H[r] in sP[:H_MAX], the logits' partial sums in sP[H_MAX:W2_0], W2 in sP[W2_0:]
+W2_0 = H_MAX + 512
+NC_PAD = 16        # classes padded: at most 15 outputs
+X_CELLS = MAX_BATCH * XS   # shared arrays need plain constants: 49,024 bytes in all, of the 49,152 allowed
+W_CELLS = TKP * TJ
+DH_CELLS = MAX_BATCH * TJ
+DH_PER = 8 if course.SIMULATOR else 2   # phase C: cells of dH[:, tile] per thread (blocks of >= 512 / DH_PER)
 THREADS = 512      # threads per block on a GPU
+REGS = 128         # registers per thread at most, so that a 512-thread block fits on an SM
+XS_U = uint64(XS)  # unsigned constants: numba checks signed indices for wraparound (5 instructions per load)
+TJ_U = uint64(TJ)
+NPOINTS = 16       # clock points per step (see CLOCK_PARTS)
 
 _JIT = {} if course.SIMULATOR else dict(max_registers=REGS)
 
@@ -63,308 +74,514 @@ def sgd_epoch_ref(X, y, perm, params, batch_size, lr):
     return np.array(losses), p
 
 
+# %% notebooks/08_performance.ipynb cell ct2
+if course.SIMULATOR:
+    def globaltimer():
+        """The simulator's stand-in: the host's nanosecond clock."""
+        return uint64(time.perf_counter_ns())
+
+    def prefetch_l2(X, i, k):
+        """The simulator has no cache: nothing to do."""
+else:
+    from llvmlite import ir
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def globaltimer(typingctx):
+        """The GPU's nanosecond clock (PTX %globaltimer), the same on every SM."""
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(64), []), "mov.u64 $0, %globaltimer;", "=l",
+                               side_effect=True)
+            return builder.call(asm, [])
+        return types.uint64(), codegen
+
+    @intrinsic
+    def prefetch_l2(typingctx, X, i, k):
+        """Ask the L2 cache for the 128-byte line of X[i, k] (PTX prefetch.global.L2): no thread waits for it."""
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            inds = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
+            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, inds)
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ptr.type]), "prefetch.global.L2 [$0];", "l",
+                               side_effect=True)
+            builder.call(asm, [ptr])
+            return context.get_dummy_value()
+        return types.void(X, i, k), codegen
+
+
+@cuda.jit(device=True)
+def stamp(T, i, point):
+    """T[i, block, point] = the clock, written by thread 0 (only when T has a row for step i)."""
+    if cuda.threadIdx.x == 0 and i < T.shape[0]:
+        T[i, cuda.blockIdx.x, point] = globaltimer()
+
+
 # %% notebooks/08_performance.ipynb cell c043
 @cuda.jit(device=True)
-def strided_dot(a, ia, da, b, ib, db, n):
-    """sum over s < n of a[ia + s * da] * b[ib + s * db]: the inner loop of both matrix products, two sums in flight.
-    The indices are unsigned: numba then skips its negative-index check (a third of this loop's instructions)."""
-    i, di, k, dk = uint64(ia), uint64(da), uint64(ib), uint64(db)
-    a0 = float32(0.0)
-    a1 = float32(0.0)
-    for _ in range(n // 2):
-        a0 += a[i] * b[k]
-        a1 += a[i + di] * b[k + dk]
-        i += di + di
-        k += dk + dk
-    if n % 2:
-        a0 += a[i] * b[k]
-    return a0 + a1
+def tile_origin(tile, hidden):
+    """(k0, j0): the first input and the first hidden unit of tile `tile` (numbered along the hidden units)."""
+    jt = (hidden + TJ - 1) // TJ
+    return (tile // jt) * TK, (tile % jt) * TJ
 
 
 @cuda.jit(device=True)
 def stage_rows(perm, base, B, sRows):
-    """sRows[r] = perm[base + r]: the training rows of the batch, read once per phase (the gather, no copy of X)."""
-    for r in range(cuda.threadIdx.x, B, cuda.blockDim.x):
+    """sRows[r] = perm[base + r]: the batch's row numbers in X (the gather is a read in place)."""
+    r = cuda.threadIdx.x
+    while r < B:
         sRows[r] = perm[base + r]
+        r += cuda.blockDim.x
     cuda.syncthreads()
 
 
 @cuda.jit(device=True)
-def stage_tile(X, sRows, B, W1, r0, j0, k0, sX, sW):
-    """Shared copies for one round of a forward tile: sX[i, kk] = X[rows[r0 + i], k0 + kk] (TR rows, row stride XS)
-    and sW[kk, jj] = W1[k0 + kk, j0 + jj] (KC x TJ); zeros past the edges. A thread issues 2 * UNROLL loads before
-    it stores the first: one wait for the memory per wave, not one per element."""
-    t, nt = cuda.threadIdx.x, cuda.blockDim.x
-    K, hidden = W1.shape
-    x = cuda.local.array(UNROLL, float32)    # registers (the loops over q are unrolled)
-    w = cuda.local.array(UNROLL, float32)
-    for v0 in range(t, max(TR, TJ) * KC, UNROLL * nt):   # TR * KC cells of sX, KC * TJ of sW
-        for q in range(UNROLL):              # the loads: a warp reads 32 neighbouring inputs of one row of X,
-            v = v0 + q * nt                  # and TJ neighbouring columns of 32 / TJ rows of W1
-            i = v // KC
-            kk = v - i * KC
-            x[q] = X[sRows[r0 + i], k0 + kk] if v < TR * KC and r0 + i < B and k0 + kk < K else float32(0.0)
-            kw = v // TJ
-            jj = v - kw * TJ
-            w[q] = W1[k0 + kw, j0 + jj] if v < KC * TJ and k0 + kw < K and j0 + jj < hidden else float32(0.0)
-        for q in range(UNROLL):              # the stores
-            v = v0 + q * nt
-            if v < TR * KC:
-                i = v // KC
-                sX[i * XS + v - i * KC] = x[q]
-            if v < KC * TJ:
-                sW[v] = w[q]
-    cuda.syncthreads()
-
-
-@cuda.jit(device=True)
-def tile_dots(sX, sW, kc, sAcc):
-    """sAcc[lane, o] += the lane's share of sum_kk sX[i, kk] sW[kk, jj] for the tile's outputs o = i * TJ + jj:
-    `lanes` threads split the kc inputs of each output (thread u = lane * TR * TJ + o)."""
-    nt = cuda.blockDim.x
-    lanes = max(1, nt // (TR * TJ))
-    for u in range(cuda.threadIdx.x, TR * TJ * lanes, nt):
-        lane = u // (TR * TJ)
-        o = u - lane * (TR * TJ)
-        i = o // TJ
-        jj = o - i * TJ
-        n = (kc - lane + lanes - 1) // lanes     # inputs kk = lane, lane + lanes, ... below kc
-        sAcc[u] += strided_dot(sX, i * XS + lane, lanes, sW, lane * TJ + jj, lanes * TJ, n)
-    cuda.syncthreads()                       # sX and sW are overwritten by the next round
-
-
-@cuda.jit(device=True)
-def tile_outputs(params, B, r0, j0, sAcc, sH, H, logits):
-    """Finish a forward tile: H[r, j] = ReLU(b1[j] + the lanes' sums), then its share of the logits,
-    sum over the tile's j of H[r, j] W2[j, c] (+ b2[c] in the first column of tiles), added atomically."""
-    W1, b1, W2, b2 = params
-    t, nt = cuda.threadIdx.x, cuda.blockDim.x
-    hidden = H.shape[1]
-    C = logits.shape[1]
-    lanes = max(1, nt // (TR * TJ))
-    for o in range(t, TR * TJ, nt):
-        i = o // TJ
-        jj = o - i * TJ
-        h = float32(0.0)
-        if r0 + i < B and j0 + jj < hidden:
-            h = b1[j0 + jj]
-            for lane in range(lanes):
-                h += sAcc[lane * (TR * TJ) + o]
-            h = max(h, float32(0.0))
-            H[r0 + i, j0 + jj] = h
-        sH[o] = h
-    cuda.syncthreads()
-    for v in range(t, TR * C, nt):           # thread v = i * C + c: a partial logit of row r0 + i
-        i = v // C
-        c = v - i * C
-        if r0 + i < B:
-            z = b2[c] if j0 == 0 else float32(0.0)
-            for jj in range(TJ):
-                if j0 + jj < hidden:
-                    z += sH[i * TJ + jj] * W2[j0 + jj, c]
-            cuda.atomic.add(logits, (r0 + i, c), z)
-    cuda.syncthreads()                       # sAcc and sH are reused by the block's next tile
-
-
-@cuda.jit(device=True)
-def forward_phase(X, perm, base, params, H, logits, scratch, sRows):
-    """Phase 1: H = ReLU(X[batch] W1 + b1) and logits += H W2 + b2, one TR x TJ tile of H per block at a time,
-    the K inputs in rounds of KC staged in shared memory. Every thread of the block must call it."""
-    W1 = params[0]
-    B, hidden = H.shape
+def stage_x(X, sRows, B, k0, sX):
+    """sX[r, kk] = X[rows[r], k0 + kk] for r < MAX_BATCH, kk < XS, zeros past the batch and the tile. Warp w stages
+    rows w, w + warps, w + 2 warps, w + 3 warps at once, lane l their inputs l, l + 32, l + 64, l + 96: 16 loads
+    in flight per thread before the first store."""
     K = X.shape[1]
-    sX = scratch[:TR * XS]                                              # (TR, XS): rows of X
-    sW = scratch[TR * XS:TR * XS + KC * TJ]                             # (KC, TJ): a strip of W1
-    sAcc = scratch[TR * XS + KC * TJ:TR * XS + KC * TJ + MAX_THREADS]   # (lanes, TR * TJ): partial sums
-    sH = scratch[TR * XS + KC * TJ + MAX_THREADS:FWD_CELLS]             # (TR, TJ): the tile of H
+    lane = cuda.threadIdx.x % 32
+    warps = cuda.blockDim.x // 32
+    x = cuda.local.array(16, float32)        # registers: the loops over p and q have constant lengths
+    r0 = cuda.threadIdx.x // 32
+    while r0 < MAX_BATCH:
+        for p in range(4):
+            r = r0 + p * warps
+            row = uint64(sRows[min(r, B - 1)])
+            for q in range(4):
+                kk = lane + 32 * q
+                ok = r < B and kk < TK and k0 + kk < K
+                x[4 * p + q] = X[row, uint64(min(k0 + kk, K - 1))] if ok else float32(0.0)
+        for p in range(4):
+            r = r0 + p * warps
+            for q in range(4):
+                kk = lane + 32 * q
+                if r < MAX_BATCH and kk < XS:
+                    sX[r * XS + kk] = x[4 * p + q]
+        r0 += 4 * warps
+
+
+@cuda.jit(device=True)
+def stage_w(W1, k0, j0, sW):
+    """sW[kk, jj] = W1[k0 + kk, j0 + jj] (TKP x TJ), zeros past the tile and the edges of W1."""
+    K, hidden = W1.shape
+    v = cuda.threadIdx.x
+    while v < TKP * TJ:
+        kk = v // TJ
+        jj = v - kk * TJ
+        sW[v] = W1[k0 + kk, j0 + jj] if kk < TK and k0 + kk < K and j0 + jj < hidden else float32(0.0)
+        v += cuda.blockDim.x
+
+
+@cuda.jit(device=True)
+def forward_partials(sX, sW, sP):
+    """sP[seg, r, jj] = sum over kk = seg, seg + SEGS, ... of sX[r, kk] sW[kk, jj]. Thread u = (seg, half, rp)
+    sums rows rp and rp + 32 x units 4 half .. 4 half + 3: 8 accumulators, 6 loads per 8 multiply-adds (register
+    blocking, as in matmul v3), unsigned indices, a loop of constant length."""
+    acc = cuda.local.array(8, float32)
+    u = cuda.threadIdx.x
+    while u < SEGS * 64:
+        seg = uint64(u // 64)
+        half = uint64((u // 32) % 2)
+        rp = uint64(u % 32)
+        for q in range(8):
+            acc[q] = float32(0.0)
+        ix = rp * XS_U + seg                     # sX[rp, seg]
+        iw = seg * TJ_U + half * uint64(4)       # sW[seg, 4 half]
+        for _ in range(TKP // SEGS):
+            x0 = sX[ix]
+            x1 = sX[ix + uint64(32 * XS)]        # row rp + 32
+            for q in range(4):
+                w = sW[iw + uint64(q)]           # the same cell for the whole warp: one broadcast
+                acc[q] += x0 * w
+                acc[4 + q] += x1 * w
+            ix += uint64(SEGS)
+            iw += uint64(SEGS * TJ)
+        o = (seg * uint64(MAX_BATCH) + rp) * TJ_U + half * uint64(4)
+        for q in range(4):
+            sP[o + uint64(q)] = acc[q]
+            sP[o + uint64(32 * TJ + q)] = acc[4 + q]
+        u += cuda.blockDim.x
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def add_partials(sP, B, j0, Z):
+    """Z[r, j0 + jj] += the SEGS shares of sP[:, r, jj], atomically: the tiles of the other inputs add theirs."""
+    hidden = Z.shape[1]
+    o = cuda.threadIdx.x
+    while o < B * TJ:
+        r = o // TJ
+        jj = o - r * TJ
+        s = float32(0.0)
+        for seg in range(SEGS):
+            s += sP[seg * MAX_BATCH * TJ + o]
+        if j0 + jj < hidden:
+            cuda.atomic.add(Z, (r, j0 + jj), s)
+        o += cuda.blockDim.x
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def phase_a(X, perm, base, W1, Z, sRows, sX, sW, sP, origin, fresh, T, i):
+    """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is staged when `fresh`
+    (else sW holds it, as phase C left it); origin: tile_origin of the block's first tile. Every thread of the
+    block must call it."""
+    B = Z.shape[0]
+    K, hidden = W1.shape
     stage_rows(perm, base, B, sRows)
-    col_tiles = (hidden + TJ - 1) // TJ
-    n_tiles = (B + TR - 1) // TR * col_tiles
-    for tile in range(cuda.blockIdx.x, n_tiles, cuda.gridDim.x):
-        r0 = tile // col_tiles * TR
-        j0 = tile % col_tiles * TJ
-        for u in range(cuda.threadIdx.x, MAX_THREADS, cuda.blockDim.x):
-            sAcc[u] = float32(0.0)           # each thread clears the cells it adds to: no barrier needed
-        for k0 in range(0, K, KC):
-            stage_tile(X, sRows, B, W1, r0, j0, k0, sX, sW)
-            tile_dots(sX, sW, min(KC, K - k0), sAcc)
-        tile_outputs(params, B, r0, j0, sAcc, sH, H, logits)
+    stamp(T, i, 6)
+    ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
+    tile = cuda.blockIdx.x
+    k0, j0 = origin
+    while tile < ntiles:
+        if fresh:
+            stage_w(W1, k0, j0, sW)
+        stage_x(X, sRows, B, k0, sX)
+        cuda.syncthreads()
+        stamp(T, i, 7)
+        forward_partials(sX, sW, sP)
+        stamp(T, i, 8)
+        add_partials(sP, B, j0, Z)
+        tile += cuda.gridDim.x
+        k0, j0 = tile_origin(tile, hidden)
 
 
 # %% notebooks/08_performance.ipynb cell c045
 @cuda.jit(device=True)
-def backward_phase(y, perm, base, W2, H, logits, dZ2, dH, losses, step):
-    """Phase 2, one batch row r per block at a time: threads c < C compute the row's softmax and
-    dZ2[r, c] = (P - onehot) / B (the thread of the label adds the row's loss / B); then every thread j:
-    dH[r * hidden + j] = (dZ2[r] W2[j]^T) * [H[r, j] > 0]. Every thread of the block must call it."""
+def lane_sums(sR, n):
+    """Thread c < n: the sum of sR[lane * NC_PAD + c] over the block's lanes (blockDim / NC_PAD of them: at most
+    32, a multiple of 4), the loads all at once. Every thread must call it: it waits for the partial sums."""
+    cuda.syncthreads()
+    lanes = cuda.blockDim.x // NC_PAD
+    c = cuda.threadIdx.x
+    s0 = float32(0.0)
+    s1 = float32(0.0)
+    s2 = float32(0.0)
+    s3 = float32(0.0)
+    if c < n:
+        for l4 in range(8):                      # constant length: unrolled, the loads go out together
+            if 4 * l4 < lanes:
+                s0 += sR[(4 * l4) * NC_PAD + c]
+                s1 += sR[(4 * l4 + 1) * NC_PAD + c]
+                s2 += sR[(4 * l4 + 2) * NC_PAD + c]
+                s3 += sR[(4 * l4 + 3) * NC_PAD + c]
+    return (s0 + s1) + (s2 + s3)
+
+
+@cuda.jit(device=True)
+def load_w2(W2, j0, c, lanes, w):
+    """w[m] = W2[j0 + m * lanes, c] for m < 4 (indices clamped inside W2; stored only where in range)."""
+    hidden, C = W2.shape
+    for m in range(4):
+        w[m] = W2[min(j0 + m * lanes, hidden - 1), min(c, C - 1)]
+
+
+@cuda.jit(device=True)
+def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i):
+    """Batch row r: H[r] = ReLU(Z[r] + b1) (Z[r] zeroed for the next step), the logits (thread (lane, c) sums
+    every lanes-th unit for class c), the softmax, dZ2[r], dH[r] = (dZ2[r] W2^T) * [H[r] > 0], the row's loss / B
+    into losses[step]. W2 is staged in shared memory while H[r] loads."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = H.shape
-    C = logits.shape[1]
-    sZ = cuda.shared.array(NC_PAD, float32)  # the row's dZ2, zero-padded
-    z = cuda.local.array(NC_PAD, float32)    # registers: the row's logits
-    for r in range(cuda.blockIdx.x, B, cuda.gridDim.x):
-        if t < NC_PAD:
-            label = y[perm[base + r]]
-            for c in range(NC_PAD):          # every load first: the padding repeats class C - 1 (no branches)
-                z[c] = logits[r, min(c, C - 1)]
-            m = z[0]                         # each thread recomputes the max and the sum: 10 terms, no barrier
-            for c in range(1, NC_PAD):
-                m = max(m, z[c])
-            s = float32(0.0)
-            for c in range(NC_PAD):
-                s += math.exp(z[c] - m) if c < C else float32(0.0)
-            dz = float32(0.0)
-            if t < C:
-                zt = logits[r, t]
-                onehot = float32(1.0) if t == label else float32(0.0)
-                dz = (math.exp(zt - m) / s - onehot) / float32(B)
-                dZ2[r, t] = dz
-                if t == label:
-                    cuda.atomic.add(losses, step, (math.log(s) - (zt - m)) / float32(B))
-            sZ[t] = dz
-        cuda.syncthreads()
-        for j in range(t, hidden, nt):       # a warp: 32 neighbouring j (rows of W2)
-            h = H[r, j]
-            acc = float32(0.0)
-            for c in range(NC_PAD):          # constant length: unrolled, the loads go out at once
-                acc += sZ[c] * W2[j, min(c, C - 1)]   # the old W2: it changes only in phase 3
-            dH[r * hidden + j] = acc if h > float32(0.0) else float32(0.0)
-        cuda.syncthreads()                   # sZ is reused by the block's next row
+    C = W2.shape[1]
+    sH = sP[:H_MAX]
+    sR = sP[H_MAX:W2_0]
+    sW2 = sP[W2_0:]
+    lane, c = t // NC_PAD, t % NC_PAD
+    lanes = nt // NC_PAD
+    w = cuda.local.array(4, float32)
+    j0 = lane
+    load_w2(W2, j0, c, lanes, w)                 # in flight while H[r] loads
+    j = t
+    while j < hidden:
+        h = max(Z[r, j] + b1[j], float32(0.0))
+        Z[r, j] = float32(0.0)                   # read once: zero again for the next step's sums
+        sH[j] = h
+        H[r, j] = h
+        j += nt
+    while j0 < hidden:
+        for m in range(4):
+            jm = j0 + m * lanes
+            if jm < hidden and c < C:
+                sW2[jm * C + c] = w[m]
+        j0 += 4 * lanes
+        load_w2(W2, j0, c, lanes, w)
+    cuda.syncthreads()
+    stamp(T, i, 9)
+    acc = cuda.local.array(4, float32)           # units lane, lane + lanes, ... four at a time
+    for m in range(4):
+        acc[m] = float32(0.0)
+    if c < C:
+        j0 = lane
+        while j0 < hidden:
+            for m in range(4):
+                jm = min(j0 + m * lanes, H_MAX - 1)
+                acc[m] += sH[jm] * sW2[jm * C + c] if j0 + m * lanes < hidden else float32(0.0)
+            j0 += 4 * lanes
+    sR[t] = (acc[0] + acc[1]) + (acc[2] + acc[3])
+    z = lane_sums(sR, C)
+    if t < C:
+        sS[t] = z + b2[t]
+    cuda.syncthreads()
+    stamp(T, i, 10)
+    if t < C:                                    # thread c: (P[c] - onehot[c]) / B, from the 10 logits
+        m = sS[0]
+        for c2 in range(1, NC_PAD):              # constant length: unrolled, the loads go out together
+            if c2 < C:
+                m = max(m, sS[c2])
+        s = float32(0.0)
+        for c2 in range(NC_PAD):
+            if c2 < C:
+                s += math.exp(sS[c2] - m)
+        dz = (math.exp(sS[t] - m) / s - (float32(1.0) if t == label else float32(0.0))) / float32(B)
+        dZ2[r, t] = dz
+        sS[NC_PAD + t] = dz
+        if t == label:
+            cuda.atomic.add(losses, step, (math.log(s) - (sS[t] - m)) / float32(B))
+    cuda.syncthreads()
+    j = t
+    while j < hidden:
+        g = float32(0.0)
+        for c2 in range(NC_PAD):
+            if c2 < C:
+                g += sS[NC_PAD + c2] * sW2[j * C + c2]
+        dH[r, j] = g if sH[j] > float32(0.0) else float32(0.0)
+        j += nt
+    cuda.syncthreads()                           # sP and sS are reused by the next row
+
+
+@cuda.jit(device=True)
+def phase_b(y, perm, base, X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i):
+    """Backward: one batch row per block at a time; the blocks without a row ask the L2 cache for the next batch's
+    rows of X (a 128-byte line per thread), so that the next phase A finds them there. Every thread must call it."""
+    B = H.shape[0]
+    K = X.shape[1]
+    r = cuda.blockIdx.x
+    while r < B:
+        row_backward(r, y[perm[base + r]], Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i)
+        r += cuda.gridDim.x
+    if cuda.blockIdx.x >= B and base + 2 * B <= perm.shape[0]:
+        lines = (K + 31) // 32 + 1               # 128-byte lines of a row of X (one more when unaligned)
+        v = (cuda.blockIdx.x - B) * cuda.blockDim.x + cuda.threadIdx.x
+        while v < B * lines:
+            rr = v // lines
+            prefetch_l2(X, perm[base + B + rr], min((v - rr * lines) * 32, K - 1))
+            v += (cuda.gridDim.x - B) * cuda.blockDim.x
 
 
 # %% notebooks/08_performance.ipynb cell cf2
 @cuda.jit(device=True)
-def update_W1(X, sRows, B, lr, W1, sdH, sXk):
-    """W1[k, j] -= lr * sum_r X[rows[r], k] dH[r, j]: kr rows k of W1 per block (K / blocks of them: one round),
-    one thread per (k, j); X[rows, k0:k0+kr] staged in sXk (kr, B) first, so the B-long sums read shared memory."""
-    t, nt = cuda.threadIdx.x, cuda.blockDim.x
+def tile_grads(sX, sdH, sP):
+    """sP[seg, kk, jj] = sum over r = seg, seg + SEGS_C, ... of sX[r, kk] sdH[r, jj] for kk < 2 KP: thread
+    u = (seg, half, kp) sums inputs kp and kp + KP x units 4 half .. 4 half + 3 (rows past the batch are zeros)."""
+    acc = cuda.local.array(8, float32)
+    u = cuda.threadIdx.x
+    while u < SEGS_C * 2 * KP:
+        seg = uint64(u // (2 * KP))
+        half = uint64((u // KP) % 2)
+        kp = uint64(u % KP)
+        k1 = uint64(min(u % KP + KP, XS - 1))    # past the tile: a column of zeros
+        for q in range(8):
+            acc[q] = float32(0.0)
+        ix = seg * XS_U                          # sX[seg, 0]
+        idh = seg * TJ_U + half * uint64(4)      # sdH[seg, 4 half]
+        for _ in range(MAX_BATCH // SEGS_C):
+            x0 = sX[ix + kp]
+            x1 = sX[ix + k1]
+            for q in range(4):
+                d = sdH[idh + uint64(q)]
+                acc[q] += x0 * d
+                acc[4 + q] += x1 * d
+            ix += uint64(SEGS_C * XS)
+            idh += uint64(SEGS_C * TJ)
+        o = (seg * uint64(2 * KP) + kp) * TJ_U + half * uint64(4)
+        for q in range(4):
+            sP[o + uint64(q)] = acc[q]
+            sP[o + uint64(KP * TJ + q)] = acc[4 + q]
+        u += cuda.blockDim.x
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def update_tile(lr, W1, k0, j0, sW, sP):
+    """W1[k0 + kk, j0 + jj] = sW[kk, jj] - lr * (the SEGS_C shares of sP[:, kk, jj]), and sW too: the block's copy
+    stays current, and no thread waits for a load of W1."""
     K, hidden = W1.shape
-    kr = max(1, min((K + cuda.gridDim.x - 1) // cuda.gridDim.x, X_CELLS // B))
-    for k0 in range(cuda.blockIdx.x * kr, K, cuda.gridDim.x * kr):
-        for v in range(t, B * kr, nt):       # v = r * kr + kk: kr neighbouring inputs of a row
-            r = v // kr
-            kk = v - r * kr
-            x = float32(0.0)
-            if k0 + kk < K:
-                x = X[sRows[r], k0 + kk]
-            sXk[kk * B + r] = x
-        cuda.syncthreads()
-        for u in range(t, kr * hidden, nt):  # a warp: 32 neighbouring j of one k (sXk broadcast, sdH in a row)
-            kk = u // hidden
-            j = u - kk * hidden
-            if k0 + kk < K:
-                w = W1[k0 + kk, j]           # loaded now, used after the sum: the wait overlaps the arithmetic
-                W1[k0 + kk, j] = w - lr * strided_dot(sXk, kk * B, 1, sdH, j, hidden, B)
-        cuda.syncthreads()                   # sXk is overwritten by the next round
+    o = cuda.threadIdx.x
+    while o < TK * TJ:
+        kk = o // TJ
+        jj = o - kk * TJ
+        g = float32(0.0)
+        for seg in range(SEGS_C):
+            g += sP[seg * 2 * KP * TJ + o]
+        if k0 + kk < K and j0 + jj < hidden:
+            w = sW[o] - lr * g
+            sW[o] = w
+            W1[k0 + kk, j0 + jj] = w
+        o += cuda.blockDim.x
+    cuda.syncthreads()
 
 
 @cuda.jit(device=True)
-def update_columns(lr, params, H, dZ2, sdH, sPart):
-    """Hidden unit j (one per block at a time): W2[j, c] -= lr * sum_r H[r, j] dZ2[r, c] and b1[j] -= lr * sum_r
-    dH[r, j] (cell c = C); j = hidden: b2[c] -= lr * sum_r dZ2[r, c]. Thread t = lane * NC_PAD + c sums every
-    lanes-th row, then a tree over the lanes."""
-    W1, b1, W2, b2 = params
-    t = cuda.threadIdx.x
-    B, hidden = H.shape
-    C = dZ2.shape[1]
-    lanes = 1                                # a power of 2, for the tree
-    while lanes * 2 <= min(LANES, cuda.blockDim.x // NC_PAD):
-        lanes *= 2
-    c = t % NC_PAD
-    for j in range(cuda.blockIdx.x, hidden + 1, cuda.gridDim.x):
-        if t < lanes * NC_PAD:
-            acc = float32(0.0)
-            for r in range(t // NC_PAD, B, lanes):
-                if j == hidden:
-                    if c < C:
-                        acc += dZ2[r, c]
-                elif c < C:
-                    acc += H[r, j] * dZ2[r, c]
-                elif c == C:
-                    acc += sdH[r * hidden + j]
-            sPart[t] = acc
-        cuda.syncthreads()
-        half = lanes // 2
-        while half > 0:
-            if t < half * NC_PAD:
-                sPart[t] += sPart[t + half * NC_PAD]
-            cuda.syncthreads()
-            half //= 2
-        if t < C:
-            if j == hidden:
-                b2[t] -= lr * sPart[t]
-            else:
-                W2[j, t] -= lr * sPart[t]
-        elif t == C and j < hidden:
-            b1[j] -= lr * sPart[C]
-        cuda.syncthreads()                   # sPart is reused by the next column
-
-
-@cuda.jit(device=True)
-def update_phase(X, perm, base, lr, params, H, logits, dZ2, dH, scratch, sRows):
-    """Phase 3: every parameter's gradient and SGD step (dH staged in shared memory), then logits zeroed for the
-    next step. Every thread of the block must call it."""
-    B, hidden = H.shape
-    C = logits.shape[1]
-    sdH = scratch[:DH_CELLS]                               # (B * hidden,): dH
-    sXk = scratch[DH_CELLS:DH_CELLS + X_CELLS]             # (kr, B): columns of X
-    sPart = scratch[DH_CELLS + X_CELLS:UPD_CELLS]          # (LANES, NC_PAD): partial column sums
+def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
+    """Hidden unit j < hidden: W2[j, c] -= lr sum_r H[r, j] dZ2[r, c] (c < C) and b1[j] -= lr sum_r dH[r, j]
+    (c = C); j == hidden: b2[c] -= lr sum_r dZ2[r, c]. Thread (lane, c) sums two rows at a time; the parameter
+    it updates is loaded first, so that its trip to memory overlaps the sums."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
-    d = cuda.local.array(UNROLL, float32)
-    for e0 in range(t, B * hidden, UNROLL * nt):
-        for q in range(UNROLL):              # UNROLL loads in flight, then the stores
-            d[q] = dH[e0 + q * nt] if e0 + q * nt < B * hidden else float32(0.0)
-        for q in range(UNROLL):
-            if e0 + q * nt < B * hidden:
-                sdH[e0 + q * nt] = d[q]
-    stage_rows(perm, base, B, sRows)         # (its barrier also covers sdH)
-    update_W1(X, sRows, B, lr, params[0], sdH, sXk)
-    update_columns(lr, params, H, dZ2, sdH, sPart)
-    for e in range(cuda.grid(1), B * C, cuda.gridsize(1)):
-        logits[e // C, e % C] = float32(0.0)
+    B, hidden = H.shape
+    C = W2.shape[1]
+    lane, c = t // NC_PAD, t % NC_PAD
+    lanes = nt // NC_PAD
+    old = float32(0.0)
+    if t < C + 1:
+        if j == hidden:
+            old = b2[min(t, C - 1)]
+        elif t < C:
+            old = W2[j, t]
+        else:
+            old = b1[j]
+    acc0 = float32(0.0)
+    acc1 = float32(0.0)
+    r = lane
+    while r < B:                                 # rows r and r + lanes: both loads in flight
+        r1 = min(r + lanes, B - 1)
+        on = float32(1.0) if r + lanes < B else float32(0.0)
+        if j == hidden:
+            if c < C:
+                acc0 += dZ2[r, c]
+                acc1 += on * dZ2[r1, c]
+        elif c < C:
+            acc0 += H[r, j] * dZ2[r, c]
+            acc1 += on * H[r1, j] * dZ2[r1, c]
+        elif c == C:
+            acc0 += dH[r, j]
+            acc1 += on * dH[r1, j]
+        r += 2 * lanes
+    sR[t] = acc0 + acc1
+    g = lane_sums(sR, C + 1)
+    if j == hidden:
+        if t < C:
+            b2[t] = old - lr * g
+    elif t < C:
+        W2[j, t] = old - lr * g
+    elif t == C:
+        b1[j] = old - lr * g
+    cuda.syncthreads()                           # sR is reused by the next unit
+
+
+@cuda.jit(device=True)
+def load_dh(dH, j0, d):
+    """d[q] = dH[r, j0 + jj] for the cells v = t + q * blockDim = r * TJ + jj of sdH (zeros past the edges)."""
+    B, hidden = dH.shape
+    for q in range(DH_PER):
+        v = cuda.threadIdx.x + q * cuda.blockDim.x
+        r = v // TJ
+        jj = v - r * TJ
+        d[q] = dH[min(r, B - 1), min(j0 + jj, hidden - 1)] if r < B and j0 + jj < hidden else float32(0.0)
+
+
+@cuda.jit(device=True)
+def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, origin, kept, T, i):
+    """Update: the hidden units of this block (unit hidden - block: block 0 takes b2), then every tile of this
+    block; X[batch, tile] and the tile of W1 are staged again unless `kept` (a block that owns one tile still
+    holds both from phase A). dH[:, tile] is loaded before the units, to arrive while they are summed. Every
+    thread of the block must call it."""
+    t, nt = cuda.threadIdx.x, cuda.blockDim.x
+    B, hidden = H.shape
+    K = W1.shape[0]
+    ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
+    d = cuda.local.array(DH_PER, float32)
+    tile = cuda.blockIdx.x
+    k0, j0 = origin
+    load_dh(dH, j0, d)
+    u = cuda.blockIdx.x
+    while u < hidden + 1:
+        update_unit(hidden - u, lr, H, dZ2, dH, W2, b1, b2, sP)
+        u += cuda.gridDim.x
+    stamp(T, i, 11)
+    while tile < ntiles:
+        for q in range(DH_PER):
+            v = t + q * nt
+            if v < DH_CELLS:
+                sdH[v] = d[q]
+        if not kept:
+            stage_x(X, sRows, B, k0, sX)
+            stage_w(W1, k0, j0, sW)
+        cuda.syncthreads()
+        stamp(T, i, 12)
+        tile_grads(sX, sdH, sP)
+        stamp(T, i, 13)
+        update_tile(lr, W1, k0, j0, sW, sP)
+        stamp(T, i, 14)
+        tile += cuda.gridDim.x
+        k0, j0 = tile_origin(tile, hidden)
+        load_dh(dH, j0, d)
 
 
 # %% notebooks/08_performance.ipynb cell c047
 @cuda.jit(**_JIT)
-def forward_kernel(X, perm, step, W1, b1, W2, b2, H, logits):
-    """Phase 1 of step `step` as its own launch (any grid: blocks stride over the tiles)."""
-    scratch = cuda.shared.array(SCRATCH, float32)
+def forward_kernel(X, perm, step, W1, Z, T):
+    """Phase A of step `step` as its own launch (any grid: blocks stride over the tiles)."""
+    sX = cuda.shared.array(X_CELLS, float32)
+    sW = cuda.shared.array(W_CELLS, float32)
+    sP = cuda.shared.array(P_CELLS, float32)
     sRows = cuda.shared.array(MAX_BATCH, int32)
-    forward_phase(X, perm, step * H.shape[0], (W1, b1, W2, b2), H, logits, scratch, sRows)
+    phase_a(X, perm, step * Z.shape[0], W1, Z, sRows, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]), True,
+            T, 0)
 
 
 @cuda.jit(**_JIT)
-def backward_kernel(y, perm, step, W2, H, logits, dZ2, dH, losses):
-    """Phase 2 of step `step` as its own launch (any grid: blocks stride over the batch rows)."""
-    backward_phase(y, perm, step * H.shape[0], W2, H, logits, dZ2, dH, losses, step)
+def backward_kernel(y, perm, step, X, b1, W2, b2, Z, H, dZ2, dH, losses, T):
+    """Phase B of step `step` as its own launch (any grid: blocks stride over the batch rows)."""
+    sP = cuda.shared.array(P_CELLS, float32)
+    sS = cuda.shared.array(2 * NC_PAD, float32)
+    phase_b(y, perm, step * H.shape[0], X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, 0)
 
 
 @cuda.jit(**_JIT)
-def update_kernel(X, perm, step, lr, W1, b1, W2, b2, H, logits, dZ2, dH):
-    """Phase 3 of step `step` as its own launch (any grid: blocks stride over rows of W1 and hidden units)."""
-    scratch = cuda.shared.array(SCRATCH, float32)
+def update_kernel(X, perm, step, lr, W1, b1, W2, b2, H, dZ2, dH, T):
+    """Phase C of step `step` as its own launch (any grid: blocks stride over hidden units and tiles)."""
+    sX = cuda.shared.array(X_CELLS, float32)
+    sW = cuda.shared.array(W_CELLS, float32)
+    sP = cuda.shared.array(P_CELLS, float32)
+    sdH = cuda.shared.array(DH_CELLS, float32)
     sRows = cuda.shared.array(MAX_BATCH, int32)
-    update_phase(X, perm, step * H.shape[0], lr, (W1, b1, W2, b2), H, logits, dZ2, dH, scratch, sRows)
+    B = H.shape[0]
+    stage_rows(perm, step * B, B, sRows)
+    phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
+            False, T, 0)
 
 
 @cuda.jit(**_JIT)
-def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, H, logits, dZ2, dH, losses):
-    """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: the three phases of each step, grid-wide
-    barriers between them. Correct for any grid that is co-resident (a cooperative launch checks that)."""
-    scratch = cuda.shared.array(SCRATCH, float32)   # one scratch for the three phases: they never run at once
+def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2, dH, losses, T):
+    """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, grid-wide
+    barriers after A and after B. Correct for any grid that is co-resident (a cooperative launch checks that).
+    T: the clocks, (steps recorded, blocks, NPOINTS), or (0, 1, NPOINTS) for none."""
+    sX = cuda.shared.array(X_CELLS, float32)
+    sW = cuda.shared.array(W_CELLS, float32)
+    sP = cuda.shared.array(P_CELLS, float32)     # partial sums; H[r], the logits' sums and W2 in phase B
+    sdH = cuda.shared.array(DH_CELLS, float32)
+    sS = cuda.shared.array(2 * NC_PAD, float32)  # a row's logits and dZ2
     sRows = cuda.shared.array(MAX_BATCH, int32)
-    params = (W1, b1, W2, b2)
     grid = cuda.cg.this_grid()
     B = H.shape[0]
+    kept = ((W1.shape[0] + TK - 1) // TK) * ((W1.shape[1] + TJ - 1) // TJ) <= cuda.gridDim.x
+    origin = tile_origin(cuda.blockIdx.x, W1.shape[1])   # (k0, j0) of the block's first tile, computed once
     for i in range(nsteps):
         step = step0 + i
-        forward_phase(X, perm, step * B, params, H, logits, scratch, sRows)
-        grid.sync()                          # every tile's H and share of the logits are in
-        backward_phase(y, perm, step * B, W2, H, logits, dZ2, dH, losses, step)
-        grid.sync()                          # dZ2, dH complete; W2 and the logits are not read again this step
-        update_phase(X, perm, step * B, lr, params, H, logits, dZ2, dH, scratch, sRows)
-        if i + 1 < nsteps:
-            grid.sync()                      # every parameter is updated before the next step reads it
+        stamp(T, i, 0)
+        phase_a(X, perm, step * B, W1, Z, sRows, sX, sW, sP, origin, not kept or i == 0, T, i)
+        stamp(T, i, 1)
+        grid.sync()                              # Z is complete
+        stamp(T, i, 2)
+        phase_b(y, perm, step * B, X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i)
+        stamp(T, i, 3)
+        grid.sync()                              # H, dZ2 and dH are complete, Z is zero again
+        stamp(T, i, 4)
+        phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, origin, kept, T, i)
+        stamp(T, i, 5)
 
 
 # %% notebooks/08_performance.ipynb cell c048
@@ -376,8 +593,8 @@ class FusedTrainer:
     """SGD on the MLP with the fused kernels. params: a FlatParams (W1, b1, W2, b2) from course.train.init_params.
 
     `mode`: "phases" (three plain launches per step), "step" (one cooperative launch per step) or "epoch" (one
-    cooperative launch per epoch). `threads` per block (a multiple of 32, at most 512 on a GPU) and `blocks`
-    (None: as many as can be co-resident and have work; 1 in the simulator, whose grid barrier needs one block)."""
+    cooperative launch per epoch). `threads` per block (a multiple of 64, at most 512) and `blocks` (None: as many
+    as have work and can be co-resident; 1 in the simulator, whose grid barrier needs one block)."""
 
     def __init__(self, params, batch_size, lr, mode="epoch", threads=None, blocks=None):
         if mode not in MODES:
@@ -385,59 +602,64 @@ class FusedTrainer:
         W1, b1, W2, b2 = (params[k] for k in ("W1", "b1", "W2", "b2"))
         K, hidden = W1.shape
         C = W2.shape[1]
-        if not (1 <= C < NC_PAD and 1 <= batch_size <= MAX_BATCH and 1 <= hidden
-                and batch_size * hidden <= DH_CELLS):
-            raise ValueError(f"the fused kernels need at most {NC_PAD - 1} outputs, batch_size <= {MAX_BATCH} and "
-                             f"batch_size * hidden <= {DH_CELLS} (dH is staged in shared memory); "
-                             f"got hidden {hidden}, {C} outputs, batch_size {batch_size}")
+        if not (1 <= C < NC_PAD and 1 <= batch_size <= MAX_BATCH and 1 <= hidden <= H_MAX
+                and hidden * C <= P_CELLS - W2_0):
+            raise ValueError(f"the fused kernels need at most {NC_PAD - 1} outputs, batch_size <= {MAX_BATCH}, "
+                             f"hidden <= {H_MAX} and hidden * outputs <= {P_CELLS - W2_0} (W2 is staged in shared "
+                             f"memory); got hidden {hidden}, {C} outputs, batch_size {batch_size}")
         threads = threads or course.pick(gpu=THREADS, sim=64)
-        most = MAX_THREADS if course.SIMULATOR else min(MAX_THREADS, 65536 // REGS)  # registers per SM
-        if threads % 32 or not 32 <= threads <= most:
-            raise ValueError(f"threads must be a multiple of 32 in [32, {most}], got {threads}")
+        least = DH_CELLS // DH_PER
+        if threads % 64 or not least <= threads <= 512:
+            raise ValueError(f"threads must be a multiple of 64 in [{least}, 512], got {threads}")
         if course.SIMULATOR and mode != "phases" and blocks not in (None, 1):
             raise ValueError("the simulator's grid barrier works with one block only: blocks=1")
         self.params, self.lr, self.mode, self.threads = params, np.float32(lr), mode, threads
         self.W = (W1, b1, W2, b2)
         f32 = np.float32
-        self.H = cuda.device_array((batch_size, hidden), f32)           # (B, hidden)
-        self.logits = cuda.to_device(np.zeros((batch_size, C), f32))    # (B, C): zero between steps
+        self.Z = cuda.to_device(np.zeros((batch_size, hidden), f32))    # (B, hidden): zero between steps
+        self.H = cuda.device_array((batch_size, hidden), f32)            # (B, hidden)
         self.dZ2 = cuda.device_array((batch_size, C), f32)               # (B, C)
-        self.dH = cuda.device_array(batch_size * hidden, f32)            # (B * hidden,): row-major, flat
+        self.dH = cuda.device_array((batch_size, hidden), f32)           # (B, hidden)
+        self.no_clocks = cuda.device_array((0, 1, NPOINTS), np.uint64)
+        self.ntiles = cdiv(K, TK) * cdiv(hidden, TJ)
         self._blocks = blocks
         self.batch_size = batch_size
 
     def phase_grids(self):
-        """Blocks of the three launches of mode "phases": a block per forward tile, a block per batch row, a thread
-        per element of W1 (and at least a block per hidden unit)."""
+        """Blocks of the three launches of mode "phases": a block per tile, per batch row, per hidden unit."""
         if self._blocks:
             return self._blocks, self._blocks, self._blocks
-        B, (K, hidden) = self.batch_size, self.W[0].shape
-        return cdiv(B, TR) * cdiv(hidden, TJ), B, max(hidden + 1, cdiv(K * hidden, self.threads))
+        hidden = self.W[0].shape[1]
+        return self.ntiles, self.batch_size, max(self.ntiles, hidden + 1)
 
     def grid(self, args):
-        """Blocks of the cooperative launch: as many as the busiest phase has work for, at most as many as can be
-        co-resident."""
+        """Blocks of the cooperative launch: one per tile, batch row or hidden unit (+1 for b2), whichever is
+        most, at most as many as can be co-resident (1 in the simulator)."""
         if self._blocks:
             return self._blocks
         if course.SIMULATOR:
             return 1
         argtypes = tuple(fused_steps_kernel.typeof_pyval(a) for a in args)
         kernel = fused_steps_kernel.compile(argtypes)    # compiled once per signature, then looked up
-        self._blocks = min(max(self.phase_grids()), kernel.max_cooperative_grid_blocks(self.threads))
+        want = max(self.ntiles, self.batch_size, self.W[0].shape[1] + 1)
+        self._blocks = min(want, kernel.max_cooperative_grid_blocks(self.threads))
         return self._blocks
 
     def launch_phases(self, X_d, y_d, perm_d, step, losses, stream=0, phases=(1, 2, 3)):
-        """The plain launches of step `step` (mode "phases"): phase 1, 2 and 3, or those named in `phases`."""
+        """The plain launches of step `step` (mode "phases"): phase A, B and C (1, 2, 3), or those in `phases`."""
         W1, b1, W2, b2 = self.W
-        grids, nt = self.phase_grids(), self.threads
+        grids, nt, T = self.phase_grids(), self.threads, self.no_clocks
         if 1 in phases:
-            forward_kernel[grids[0], nt, stream](X_d, perm_d, step, W1, b1, W2, b2, self.H, self.logits)
+            forward_kernel[grids[0], nt, stream](X_d, perm_d, step, W1, self.Z, T)
         if 2 in phases:
-            backward_kernel[grids[1], nt, stream](y_d, perm_d, step, W2, self.H, self.logits, self.dZ2, self.dH,
-                                                  losses)
+            backward_kernel[grids[1], nt, stream](y_d, perm_d, step, X_d, b1, W2, b2, self.Z, self.H, self.dZ2,
+                                                  self.dH, losses, T)
         if 3 in phases:
-            update_kernel[grids[2], nt, stream](X_d, perm_d, step, self.lr, W1, b1, W2, b2, self.H, self.logits,
-                                                self.dZ2, self.dH)
+            update_kernel[grids[2], nt, stream](X_d, perm_d, step, self.lr, W1, b1, W2, b2, self.H, self.dZ2,
+                                                self.dH, T)
+
+    def _args(self, X_d, y_d, perm_d, step0, nsteps, losses, T):
+        return (X_d, y_d, perm_d, step0, nsteps, self.lr, *self.W, self.Z, self.H, self.dZ2, self.dH, losses, T)
 
     def launch_step(self, X_d, y_d, idx, loss, stream=0):
         """The launches of ONE step on the batch X_d[idx] (idx: (B,) device array of row numbers) on `stream`, the
@@ -446,12 +668,13 @@ class FusedTrainer:
         if self.mode == "phases":
             self.launch_phases(X_d, y_d, idx, 0, loss, stream)
         else:
-            args = (X_d, y_d, idx, 0, 1, self.lr, *self.W, self.H, self.logits, self.dZ2, self.dH, loss)
+            args = self._args(X_d, y_d, idx, 0, 1, loss, self.no_clocks)
             fused_steps_kernel[self.grid(args), self.threads, stream](*args)
 
-    def epoch(self, X_d, y_d, perm_d, losses):
+    def epoch(self, X_d, y_d, perm_d, losses, clocks=None):
         """Train one epoch over the batches perm_d[k*B:(k+1)*B]; losses[k] (a zeroed-here float32 device array of
-        len(perm_d) // B) gets step k's mean loss. Returns losses; nothing is read back."""
+        len(perm_d) // B) gets step k's mean loss. Returns losses; nothing is read back. clocks: None, or a uint64
+        device array (steps, blocks, NPOINTS) that the epoch kernel fills (see clock_report)."""
         B = self.batch_size
         require("X", X_d, np.float32, ndim=2)
         require("y", y_d, (np.int64, np.int32), shape=(X_d.shape[0],))
@@ -460,16 +683,29 @@ class FusedTrainer:
         require("losses", losses, np.float32, shape=(nsteps,))
         if X_d.shape[1] != self.W[0].shape[0]:
             raise ValueError(f"X has {X_d.shape[1]} columns but W1 expects {self.W[0].shape[0]} inputs")
+        if clocks is not None and self.mode != "epoch":
+            raise ValueError("clocks are recorded by the epoch kernel only: mode='epoch'")
         zero_kernel[cdiv(nsteps, 256), 256](losses)
         if self.mode == "phases":
             for step in range(nsteps):
                 self.launch_phases(X_d, y_d, perm_d, step, losses)
             return losses
+        T = self.no_clocks if clocks is None else clocks
         chunks = [(s, 1) for s in range(nsteps)] if self.mode == "step" else [(0, nsteps)]
         for step0, n in chunks:
-            args = (X_d, y_d, perm_d, step0, n, self.lr, *self.W, self.H, self.logits, self.dZ2, self.dH, losses)
-            fused_steps_kernel[self.grid(args), self.threads](*args)
+            args = self._args(X_d, y_d, perm_d, step0, n, losses, T)
+            grid = self.grid(args)
+            if clocks is not None:
+                require("clocks", clocks, np.uint64, shape=(nsteps, grid, NPOINTS))
+            fused_steps_kernel[grid, self.threads](*args)
         return losses
+
+    def timed_epoch(self, X_d, y_d, perm_d, losses):
+        """epoch() with the clocks on: returns them, (steps, blocks, NPOINTS) int64 nanoseconds (mode "epoch")."""
+        args = self._args(X_d, y_d, perm_d, 0, perm_d.shape[0] // self.batch_size, losses, self.no_clocks)
+        T = cuda.to_device(np.zeros((perm_d.shape[0] // self.batch_size, self.grid(args), NPOINTS), np.uint64))
+        self.epoch(X_d, y_d, perm_d, losses, clocks=T)
+        return T.copy_to_host().astype(np.int64)
 
 
 # %% notebooks/08_performance.ipynb cell c049
@@ -505,6 +741,43 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
         check_loss(len(hist["step"]), test_loss, lr)
         hist["epoch"].append(dict(epoch=epoch, seconds=seconds, test_loss=test_loss, test_acc=test_acc))
         if progress:
-            print(f"epoch {epoch:2d}  {seconds * 1e3:8.2f} ms  test loss {test_loss:.4f}  test accuracy {test_acc:.4f}")
+            print(timing.label(f"epoch {epoch:2d}  {seconds * 1e3:8.2f} ms  test loss {test_loss:.4f}  "
+                               f"test accuracy {test_acc:.4f}"))
     hist["params"] = params
     return hist
+
+
+# %% notebooks/08_performance.ipynb cell ck2
+CLOCK_PARTS = {    # name: (from point, to point, blocks measured); "tiles": blocks with a tile, "rows": with a row
+    "A: the batch's row numbers": (0, 6, "tiles"),
+    "A: X[batch, tile] into shared memory": (6, 7, "tiles"),
+    "A: the partial sums X W1": (7, 8, "tiles"),
+    "A: added into Z (atomics)": (8, 1, "tiles"),
+    "barrier 1 (last arrival to first release)": (1, 2, "barrier"),
+    "B: H[r] and W2 into shared memory": (2, 9, "rows"),
+    "B: the logits": (9, 10, "rows"),
+    "B: softmax, dZ2, dH": (10, 3, "rows"),
+    "barrier 2 (last arrival to first release)": (3, 4, "barrier"),
+    "C: W2, b1, b2 (a unit per block)": (4, 11, "tiles"),
+    "C: dH[:, tile] into shared memory": (11, 12, "tiles"),
+    "C: the sums dW1 = X^T dH": (12, 13, "tiles"),
+    "C: W1 updated": (13, 14, "tiles"),
+}
+
+
+def clock_report(T, ntiles, batch_size, skip=10):
+    """Microseconds of each part of a step from timed_epoch's clocks T (steps, blocks, NPOINTS): for each part the
+    slowest block of those doing it, then the median over the steps (the first `skip` and the last left out).
+    A barrier: from the last block's arrival to the first block's release. Also "step": the median time from one
+    step's start to the next. Returns {part: µs}."""
+    T = T[skip:-1] if len(T) > skip + 2 else T
+    blocks = {"tiles": slice(0, min(ntiles, T.shape[1])), "rows": slice(0, min(batch_size, T.shape[1]))}
+    out = {}
+    for name, (a, b, who) in CLOCK_PARTS.items():
+        if who == "barrier":
+            us = T[:, :, b].min(axis=1) - T[:, :, a].max(axis=1)
+        else:
+            us = (T[:, blocks[who], b] - T[:, blocks[who], a]).max(axis=1)
+        out[name] = float(np.median(us)) / 1e3
+    out["step"] = float(np.median(np.diff(T[:, 0, 0]))) / 1e3 if len(T) > 1 else float("nan")
+    return out

@@ -1,85 +1,74 @@
-"""Check and time course.fused on the GPU (784-128-10, batch 64): the fused kernels against the NumPy twin at full
-size, ms per epoch of the epoch kernel for a few block and grid sizes, the GPU time of each phase alone (a CUDA
-graph of 200 launches of one phase, replayed), and the test accuracy after 3 epochs against the plain loop.
+"""Check and time course.fused on the GPU (784-128-10, batch 64): every mode against the NumPy twin at full size (20
+steps), ms per epoch of the epoch kernel, where each microsecond of a step goes (the clocks inside the kernel,
+course.fused.clock_report), and the test accuracy after 3 epochs against the plain loop. The figures of
+notebooks/results/fused-h200.json come from this script.
 
-Usage: python scripts/tune_fused.py [--quick] [NAME=VALUE ...]   (--quick: skip the accuracy run; NAME=VALUE sets a
-constant of course.fused before anything compiles, e.g. TR=4 TJ=16 KC=256 UNROLL=4)"""
+Usage: python scripts/tune_fused.py [--quick] [--small-x=N] [NAME=VALUE ...]
+  --quick: no accuracy run; --small-x=N: every batch drawn from the first N rows of X (timing only: does the
+  memory behind X matter?); NAME=VALUE sets a constant of course.fused before anything compiles, e.g. THREADS=256."""
 import sys
 import time
 
 import numpy as np
 from numba import cuda
 
-import course
+import course  # noqa: F401  (first: it picks the GPU or the simulator)
 import course.fused as fused
 
 for arg in sys.argv[1:]:
-    if "=" in arg:
+    if "=" in arg and not arg.startswith("--"):
         name, value = arg.split("=")
         setattr(fused, name, int(value))
-fused.XS = fused.KC + 1
-fused.FWD_CELLS = fused.TR * fused.XS + fused.KC * fused.TJ + fused.MAX_THREADS + fused.TR * fused.TJ
-fused.SCRATCH = max(fused.FWD_CELLS, fused.UPD_CELLS)
-print("constants:", {k: getattr(fused, k) for k in ("TR", "TJ", "KC", "UNROLL", "SCRATCH")})
-from course.data import load_mnist
-from course.fused import FusedTrainer, fit_fused, sgd_epoch_ref
-from course.train import fit, init_params
+from course.data import load_mnist  # noqa: E402
+from course.train import fit, init_params  # noqa: E402
 
+print("course.fused on", cuda.get_current_device().name)
 X, y, Xt, yt = load_mnist()
 X_d, y_d = cuda.to_device(X), cuda.to_device(y)
 B, HIDDEN, LR = 64, 128, 0.1
 n = (len(X) // B) * B
 perm = np.random.default_rng(0).permutation(len(X))[:n]
+SMALL = next((int(a.split("=")[1]) for a in sys.argv[1:] if a.startswith("--small-x=")), 0)
+if SMALL:
+    perm = np.random.default_rng(0).integers(0, SMALL, n)
 perm_d = cuda.to_device(perm)
+nsteps = n // B
 
 # 1. the same function as the NumPy twin, every mode, 20 steps at full size
 steps = 20
-want_losses, want = sgd_epoch_ref(X, y, perm[:steps * B], init_params(HIDDEN, 0).to_host(), B, LR)
-for mode in ("phases", "step", "epoch"):
+want_losses, want = fused.sgd_epoch_ref(X, y, perm[:steps * B], init_params(HIDDEN, 0).to_host(), B, LR)
+for mode in fused.MODES:
     q = init_params(HIDDEN, 0)
-    losses = FusedTrainer(q, B, LR, mode=mode).epoch(X_d, y_d, perm_d[:steps * B],
-                                                    cuda.device_array(steps, np.float32)).copy_to_host()
+    losses = fused.FusedTrainer(q, B, LR, mode=mode).epoch(X_d, y_d, perm_d[:steps * B],
+                                                          cuda.device_array(steps, np.float32)).copy_to_host()
     got = q.to_host()
     err = max(float(np.max(np.abs(got[k] - want[k]))) for k in got)
+    ok = err < 1e-4 and np.allclose(losses, want_losses, atol=1e-4)
     print(f"check {mode:6s}: max |loss - twin| {np.max(np.abs(losses - want_losses)):.2e}, "
-          f"max |param - twin| {err:.2e}  {'OK' if err < 1e-4 and np.allclose(losses, want_losses, atol=1e-4) else 'WRONG'}")
+          f"max |param - twin| {err:.2e}  {'OK' if ok else 'WRONG'}")
 
-# 2. ms per epoch
-losses = cuda.device_array(n // B, np.float32)
-for threads in (512,):
-    for blocks in (None,):
-        trainer = FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="epoch", threads=threads, blocks=blocks)
-        times = []
-        for _ in range(6):
-            t0 = time.perf_counter()
-            trainer.epoch(X_d, y_d, perm_d, losses)
-            cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        print(f"epoch threads {threads:3d} blocks {str(trainer._blocks):>4s}: {np.median(times[1:]) * 1e3:7.2f} ms "
-              f"per epoch, {np.median(times[1:]) / (n // B) * 1e6:6.2f} us per step (last loss "
-              f"{float(losses.copy_to_host()[-1]):.4f})")
+# 2. ms per epoch: the median of 5 after a warm-up
+losses = cuda.device_array(nsteps, np.float32)
+trainer = fused.FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="epoch")
+times = []
+for _ in range(6):
+    t0 = time.perf_counter()
+    trainer.epoch(X_d, y_d, perm_d, losses)
+    cuda.synchronize()
+    times.append(time.perf_counter() - t0)
+ms = np.median(times[1:]) * 1e3
+print(f"epoch: {ms:.2f} ms ({ms / nsteps * 1e3:.2f} us per step), blocks {trainer._blocks}, threads "
+      f"{trainer.threads}, last loss {float(losses.copy_to_host()[-1]):.4f}")
 
-# 3. each phase alone: a graph of `reps` launches of it, replayed once
-from course.graphs import Graph, graph_support
-if graph_support() is None:
-    trainer = FusedTrainer(init_params(HIDDEN, 0), B, LR, mode="phases")
-    ix, loss1 = cuda.to_device(perm[:B]), cuda.to_device(np.zeros(1, np.float32))
-    reps = 200
-    for phase, name in ((1, "forward"), (2, "backward"), (3, "update")):
-        def launches(s, phase=phase):
-            for _ in range(reps):
-                trainer.launch_phases(X_d, y_d, ix, 0, loss1, s, phases=(phase,))
-        launches(0)
-        g = Graph(launches)
-        g.replay(); g.synchronize()
-        t0 = time.perf_counter()
-        g.replay(); g.synchronize()
-        print(f"phase {phase} ({name}), grid {trainer.phase_grids()[phase - 1]}: "
-              f"{(time.perf_counter() - t0) / reps * 1e6:6.2f} us")
+# 3. the clocks
+T = trainer.timed_epoch(X_d, y_d, perm_d, losses)
+print(f"clocks ({len(T)} steps, {T.shape[1]} blocks; the slowest block of each part, median over the steps):")
+for name, us in fused.clock_report(T, trainer.ntiles, B).items():
+    print(f"  {name:45s} {us:7.2f} us")
 
 # 4. accuracy after 3 epochs, fused vs plain
 if "--quick" not in sys.argv:
-    f = fit_fused(X, y, Xt, yt, epochs=3, progress=False)
+    f = fused.fit_fused(X, y, Xt, yt, epochs=3, progress=False)
     p = fit(X, y, Xt, yt, epochs=3, progress=False)
     fa, pa = f["epoch"][-1]["test_acc"], p["epoch"][-1]["test_acc"]
     print(f"accuracy after 3 epochs: fused {fa:.4f}, plain {pa:.4f}, within 0.5 points: {abs(fa - pa) <= 0.005}; "

@@ -37,29 +37,30 @@ def _same(hist, plain, atol=1e-5):
 
 @pytest.mark.slow
 def test_epoch_kernel_matches_the_plain_loop(data, plain):
-    # 64 threads, hidden 8: eight lanes split each 49-long sum of layer 1
+    # 64 threads, hidden 8, 49 inputs: one tile, kept in shared memory between the steps
     _same(fit_fused(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, mode="epoch", threads=64,
                     progress=False), plain)
 
 
 @pytest.mark.slow
 def test_step_kernel_matches_the_plain_loop(data, plain):
-    _same(fit_fused(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, mode="step", threads=32,
+    _same(fit_fused(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, mode="step", threads=128,
                     progress=False), plain)
 
 
-@pytest.mark.parametrize("blocks,hidden", [(3, 40), (11, 8)], ids=["3 blocks, hidden 40", "11 blocks > batch"])
+@pytest.mark.parametrize("blocks,hidden", [(3, 40), (11, 8), (2, 70)],
+                         ids=["3 blocks, hidden 40", "11 blocks > batch", "2 blocks, hidden 70 > threads"])
 def test_phase_kernels_on_several_blocks_match_the_numpy_twin(data, blocks, hidden):
-    """The grid-stride loops with more than one block (tiles, rows and rows of W1 over blocks), hidden larger than
-    the block (each thread then owns several hidden units) and not a multiple of the tile: only the three-launch
-    mode can show it in the simulator, whose grid barrier needs a one-block grid; the cooperative kernels run the
-    same device code."""
+    """The loops over tiles, rows and hidden units with more than one block (5 tiles on 3 blocks: a block restages
+    its second tile), blocks with nothing to do, hidden not a multiple of the tile's 8 units and larger than the
+    block (threads then own several units): only the three-launch mode can show it in the simulator, whose grid
+    barrier needs a one-block grid; the cooperative kernels run the same device code."""
     from numba import cuda
     X, y = data[0], data[1]
     params = init_params(hidden, SEED, n_in=X.shape[1])
     start = params.to_host()
     perm = np.random.default_rng(1).permutation(len(X))[:BATCH * 2]
-    trainer = FusedTrainer(params, BATCH, LR, mode="phases", threads=32, blocks=blocks)
+    trainer = FusedTrainer(params, BATCH, LR, mode="phases", threads=64, blocks=blocks)
     losses = trainer.epoch(cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm),
                            cuda.device_array(2, np.float32)).copy_to_host()
     want_losses, want = sgd_epoch_ref(X, y, perm, start, BATCH, LR)
@@ -74,15 +75,17 @@ def test_arguments_are_checked(data):
     params = init_params(HIDDEN, SEED, n_in=49)
     with pytest.raises(ValueError, match="mode"):
         FusedTrainer(params, BATCH, LR, mode="fast")
-    with pytest.raises(ValueError, match="threads"):
-        FusedTrainer(params, BATCH, LR, threads=48)
-    with pytest.raises(ValueError, match="batch_size"):
-        FusedTrainer(params, 2048, LR)
+    for threads in (48, 96, 1024):
+        with pytest.raises(ValueError, match="threads"):
+            FusedTrainer(params, BATCH, LR, threads=threads)
+    with pytest.raises(ValueError, match="batch_size <= 64"):
+        FusedTrainer(params, 65, LR)
+    FusedTrainer(params, 64, LR)
     with pytest.raises(ValueError, match="hidden"):
         FusedTrainer(init_params(2000, SEED, n_in=49), BATCH, LR)
-    with pytest.raises(ValueError, match=r"batch_size \* hidden <= 8192"):   # dH must fit in shared memory
-        FusedTrainer(init_params(129, SEED, n_in=49), 64, LR)
-    FusedTrainer(init_params(128, SEED, n_in=49), 64, LR)                        # 64 * 128 = 8192 fits
+    with pytest.raises(ValueError, match=r"hidden \* outputs <= 2560"):   # W2 must fit in shared memory
+        FusedTrainer(init_params(257, SEED, n_in=49), BATCH, LR)
+    FusedTrainer(init_params(256, SEED, n_in=49), BATCH, LR)                # 256 * 10 = 2560 fits
     if course.SIMULATOR:
         with pytest.raises(ValueError, match="one block"):
             FusedTrainer(params, BATCH, LR, mode="epoch", blocks=2)
@@ -97,3 +100,24 @@ def test_arguments_are_checked(data):
                 cuda.device_array(2, np.float32))
     with pytest.raises(ValueError, match="labels"):
         fit_fused(data[0], data[1] + 10, data[2], data[3], hidden=HIDDEN, batch_size=BATCH, epochs=1)
+
+
+def test_clocks_are_recorded_in_order_and_reported(data):
+    """timed_epoch: every recorded point of every step, in the order the kernel passes them (in the simulator the
+    host's clock); clock_report gives a number for each part; clocks are refused outside mode "epoch"."""
+    from numba import cuda
+    from course.fused import CLOCK_PARTS, NPOINTS, clock_report
+    X, y = data[0], data[1]
+    t = FusedTrainer(init_params(HIDDEN, SEED, n_in=X.shape[1]), BATCH, LR, mode="epoch")
+    X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(np.arange(2 * BATCH))
+    T = t.timed_epoch(X_d, y_d, perm_d, cuda.device_array(2, np.float32))
+    assert T.shape == (2, 1, NPOINTS)
+    order = [0, 6, 7, 8, 1, 2, 9, 10, 3, 4, 11, 12, 13, 14, 5]             # the kernel's order of the points
+    for step in T:
+        assert np.all(np.diff(step[0, order]) >= 0) and step[0, 0] > 0, step
+    assert np.all(T[1, 0, 0] >= T[0, 0, 5])
+    report = clock_report(T, t.ntiles, BATCH)
+    assert set(report) == set(CLOCK_PARTS) | {"step"} and report["step"] > 0
+    with pytest.raises(ValueError, match="clocks"):
+        FusedTrainer(t.params, BATCH, LR, mode="step").epoch(X_d, y_d, perm_d, cuda.device_array(2, np.float32),
+                                                             clocks=cuda.device_array((2, 1, NPOINTS), np.uint64))

@@ -8,7 +8,7 @@ from course import timing
 from course.tools import nbtools
 
 MEASURES = re.compile(r"perf_counter|gpu_time\(|wall_time\(|time_steps\(|per_call\(")
-NOT_YET = {("08_performance.ipynb", "c049")}  # fit_fused's progress line: course/fused.py is issue 13's to rewrite
+NOT_YET = set()
 
 
 def test_label_and_note_in_the_simulator(capsys):
