@@ -52,6 +52,7 @@ THREADS = 512      # threads per block on a GPU
 REGS = 128         # registers per thread at most, so that a 512-thread block fits on an SM
 XS_U = uint64(XS)  # unsigned constants: numba checks signed indices for wraparound (5 instructions per load)
 TJ_U = uint64(TJ)
+S_CELLS = 2 * NC_PAD       # a row's logits and dZ2
 NPOINTS = 16       # clock points per step (see CLOCK_PARTS)
 
 _JIT = {} if course.SIMULATOR else dict(max_registers=REGS)
@@ -536,7 +537,7 @@ def forward_kernel(X, perm, step, W1, Z, T):
 def backward_kernel(y, perm, step, X, b1, W2, b2, Z, H, dZ2, dH, losses, T):
     """Phase B of step `step` as its own launch (any grid: blocks stride over the batch rows)."""
     sP = cuda.shared.array(P_CELLS, float32)
-    sS = cuda.shared.array(2 * NC_PAD, float32)
+    sS = cuda.shared.array(S_CELLS, float32)
     phase_b(y, perm, step * H.shape[0], X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, 0)
 
 
@@ -563,7 +564,7 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     sW = cuda.shared.array(W_CELLS, float32)
     sP = cuda.shared.array(P_CELLS, float32)     # partial sums; H[r], the logits' sums and W2 in phase B
     sdH = cuda.shared.array(DH_CELLS, float32)
-    sS = cuda.shared.array(2 * NC_PAD, float32)  # a row's logits and dZ2
+    sS = cuda.shared.array(S_CELLS, float32)  # a row's logits and dZ2
     sRows = cuda.shared.array(MAX_BATCH, int32)
     grid = cuda.cg.this_grid()
     B = H.shape[0]
