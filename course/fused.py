@@ -47,7 +47,7 @@ NC_PAD = 16        # classes padded: at most 15 outputs
 X_CELLS = MAX_BATCH * XS   # shared arrays need plain constants: 49,024 bytes in all, of the 49,152 allowed
 W_CELLS = TKP * TJ
 DH_CELLS = MAX_BATCH * TJ
-DH_PER = 8 if course.SIMULATOR else 2   # phase C: cells of dH[:, tile] per thread (blocks of >= 512 / DH_PER)
+DH_PER = 2         # phase C: cells of dH[:, tile] a thread loads early (the rest, in small blocks, later)
 THREADS = 512      # threads per block on a GPU
 REGS = 128         # registers per thread at most, so that a 512-thread block fits on an SM
 XS_U = uint64(XS)  # unsigned constants: numba checks signed indices for wraparound (5 instructions per load)
@@ -507,6 +507,12 @@ def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, origin, k
             v = t + q * nt
             if v < DH_CELLS:
                 sdH[v] = d[q]
+        v = t + DH_PER * nt                      # the cells past those (blocks of fewer than 256 threads)
+        while v < DH_CELLS:
+            r = v // TJ
+            jj = v - r * TJ
+            sdH[v] = dH[r, j0 + jj] if r < B and j0 + jj < hidden else float32(0.0)
+            v += nt
         if not kept:
             stage_x(X, sRows, B, k0, sX)
             stage_w(W1, k0, j0, sW)
@@ -609,9 +615,8 @@ class FusedTrainer:
                              f"hidden <= {H_MAX} and hidden * outputs <= {P_CELLS - W2_0} (W2 is staged in shared "
                              f"memory); got hidden {hidden}, {C} outputs, batch_size {batch_size}")
         threads = threads or course.pick(gpu=THREADS, sim=64)
-        least = DH_CELLS // DH_PER
-        if threads % 64 or not least <= threads <= 512:
-            raise ValueError(f"threads must be a multiple of 64 in [{least}, 512], got {threads}")
+        if threads % 64 or not 64 <= threads <= 512:       # lane_sums: 16 classes x a multiple of 4 lanes
+            raise ValueError(f"threads must be a multiple of 64 in [64, 512], got {threads}")
         if course.SIMULATOR and mode != "phases" and blocks not in (None, 1):
             raise ValueError("the simulator's grid barrier works with one block only: blocks=1")
         self.params, self.lr, self.mode, self.threads = params, np.float32(lr), mode, threads
