@@ -276,6 +276,8 @@ STEP_WALL = Out("08", "c015", r"whole step\s+([\d.]+) µs")
 FP32_MS = Out("08", "c019", r"at FP32 peak: ([\d.]+) ms")
 FUSED_MS_08 = Out("08", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
 PLAIN_MS_08 = Out("08", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
+from course.fused import CLOCK_PARTS  # noqa: E402
+CLOCK = lambda part: Out("08", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
 MB_IMAGES = 60000 * 784 * 4
 STEPS = 60000 // 64
 PARAMS = 784 * 128 + 128 + 128 * 10 + 10
@@ -397,24 +399,51 @@ FIGURES = [
     Fig("08", "c062", r"\((\d+) ms per epoch\)", calc(lambda t: t * 1e3, TORCH_S)),
     Fig("08", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
     Fig("08", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_08, FP32_MS), tol=0.05),
-    Fig("08", "c062", r"\((2,810) per epoch",
-        calc(lambda: 3 * STEPS - 1, why="three barriers per step, none after the last")),
+    Fig("08", "c062", r"\((1,873) per epoch",
+        calc(lambda: 2 * STEPS - 1, why="two barriers per step, none after the last")),
+    Fig("08", "c062", r"about ([\d.]+) µs from the last arrival", Out("08", "ck3", r"barrier 1 \(last arrival to first release\)\s+([\d.]+) µs")),
+    Fig("08", "c062", r"split a step into (\d+) parts", calc(lambda: len(CLOCK_PARTS), why="course.fused.CLOCK_PARTS")),
+    Fig("08", "cg10", r"a step is some (\d+) dependent parts", calc(lambda: len(CLOCK_PARTS), why="course.fused.CLOCK_PARTS")),
+    Fig("08", "c062", r"an L2 hit alone is about (\d+) ns", Json(FUSED, "latency_probe.l2_hit_ns")),
+    Fig("08", "c062", r"a trip to DRAM about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
+    Fig("08", "c062", r"staging X \(16 loads a thread\) takes about ([\d.]+) µs", Out("08", "ck3", r"A: X\[batch, tile\] into shared memory\s+([\d.]+) µs")),
     Fig("08", "c062", r"small part of a (\d+) µs step", LADDER("fused epoch (1/epoch)")),
     Fig("08", "c062", r"by a launch \(~(\d+) µs\)", LAUNCH_3),
     Fig("08", "c062", r"works it out: (25) %\)", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
     # --- notebook 08: the fused kernel's versions (results/fused-h200.json) and the CUDA graphs ---
-    Fig("08", "c038", r"first store: 51.5 → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=38.97].epoch_ms")),
-    Fig("08", "c038", r"once per thread: 39.0 → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=29.02].epoch_ms")),
+    Fig("08", "c038", r"read W1\s+from memory in every phase \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
+    Fig("08", "c038", r"every thread one parameter \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=29.02].epoch_ms")),
+    Fig("08", "c038", r"two barriers instead of three: ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=29.9].epoch_ms")),
+    Fig("08", "c038", r"step's (\d+) µs went", Json(FUSED, "versions[epoch_ms=29.9].step_us")),
+    Fig("08", "c038", r"(\d+) µs of phase A's", Json(FUSED, "versions[epoch_ms=29.9].clocks_us.a_x_and_w")),
+    Fig("08", "c038", r"([\d.]+) µs for one row of", Json(FUSED, "versions[epoch_ms=29.9].clocks_us.b_row")),
+    Fig("08", "c038", r"phase B, ([\d.]+) µs in C", Json(FUSED, "versions[epoch_ms=29.9].clocks_us.c_block")),
+    Fig("08", "c038", r"reader: 29.9 → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=23.87].epoch_ms")),
+    Fig("08", "c038", r"`while` loops: 23.9 → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=16.91].epoch_ms")),
+    Fig("08", "c038", r"`a\[-1\]`: 16.9 → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=16.1].epoch_ms")),
+    Fig("08", "c038", r"forward sums ([\d.]+) →", Json(FUSED, "versions[epoch_ms=16.91].clocks_us.a_sums")),
+    Fig("08", "c038", r"forward sums [\d.]+ → ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=16.1].clocks_us.a_sums")),
+    Fig("08", "c038", r"dW1 sums ([\d.]+) →", Json(FUSED, "versions[epoch_ms=16.91].clocks_us.c_sums")),
+    Fig("08", "c038", r"dW1 sums [\d.]+ → ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=16.1].clocks_us.c_sums")),
+    Fig("08", "c038", r"another ([\d.]+) µs in C", calc(lambda a, b: a - b, Json(FUSED, "versions[epoch_ms=16.1].clocks_us.c_units"),
+        Json(FUSED, "versions[epoch_ms=16.18].clocks_us.c_units"))),
+    Fig("08", "c038", r"in C: ([\d.]+) ms\.", Json(FUSED, "versions[epoch_ms=16.18].epoch_ms")),
     Fig("08", "c030", r"19 and ([\d.]+) TFLOP/s for v1-v5", Json(BENCH, "matmul[impl=v5].tflops")),
     Fig("08", "cg10", r"makes it about \*\*(\d+) times faster", calc(lambda p, g: p / g,
         Json(BENCH, "rows[impl=course_plain].epoch_s"), Json(BENCH, "rows[impl=course_plain_graph].epoch_s")), tol=0.05),
     Fig("08", "cg10", r"from (\d+) ms \(15 small kernels", calc(lambda s: s * 1e3,
         Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
     Fig("08", "cg10", r"replayed\) to (\d+) ms \(one kernel", calc(lambda s: s * 1e3, FUSED_S)),
-    Fig("08", "cg10", r"measured about (\d+) µs for the\s+forward", Json(FUSED, "versions[epoch_ms=29.02].phase_us.forward")),
-    Fig("08", "cg10", r"forward phase, (\d+) µs for the backward", Json(FUSED, "versions[epoch_ms=29.02].phase_us.backward")),
-    Fig("08", "cg10", r"backward phase and (\d+) µs for the update", Json(FUSED, "versions[epoch_ms=29.02].phase_us.update")),
-    Fig("08", "cg10", r"and (\d+) µs per step in the epoch", Json(FUSED, "versions[epoch_ms=29.02].step_us")),
+    Fig("08", "cg10", r"give about (\d+) µs for phase A", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
+        "A: the batch's row numbers", r"A: X\[batch, tile\] into shared memory", "A: the partial sums X W1",
+        r"A: added into Z \(atomics\)")), why="the clocks of phase A's parts, summed"), tol=0.1),
+    Fig("08", "cg10", r"(\d+) µs for a row of phase B", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
+        "B: H\\[r\\] and W2 into shared memory", "B: the logits", "B: softmax, dZ2, dH")), why="phase B's parts, summed"), tol=0.1),
+    Fig("08", "cg10", r"(\d+) µs for phase C", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
+        r"C: W2, b1, b2 \(a unit per block\)", r"C: dH\[:, tile\] into shared memory", "C: the sums dW1 = X\\^T dH",
+        "C: W1 updated")), why="phase C's parts, summed"), tol=0.1),
+    Fig("08", "cg10", r"barriers of about ([\d.]+) µs each", CLOCK(r"barrier 1 \(last arrival to first release\)")),
+    Fig("08", "cg10", r"and about (\d+) µs per step\s+in all", CLOCK("step")),
     Fig("08", "cg10", r"way of\s+~(10) ms an epoch", calc(lambda: 10, why="issue 13's goal, not a measurement")),
     Fig("08", "c062", r"and ([\d.]+)× faster than PyTorch with the whole step", calc(lambda g, f: g / f,
         Json(BENCH, "rows[impl=pytorch_graph].epoch_s"), FUSED_S)),

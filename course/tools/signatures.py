@@ -67,10 +67,12 @@ LANDSCAPE = {  # the kernel of notebook 07, as the launcher and the check call i
                                         f"{_A1}, {_A1}, {_A1}, float32, float32, {_A1}"],
 }
 
-_FWD = f"{_M2}, {_I}, int64, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}"
-_BWD = f"{{y}}, {_I}, int64, {_M2}, {_M2}, {_M2}, {_M2}, {_V}, {_V}"
-_UPD = f"{_M2}, {_I}, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_V}"
-_STEPS = f"{_M2}, {{y}}, {_I}, int64, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_V}, {_V}"
+_T = "uint64[:, :, ::1]"   # course.fused's clocks (steps, blocks, NPOINTS)
+_FWD = f"{_M2}, {_I}, int64, {_M2}, {_M2}, {_T}"
+_BWD = f"{{y}}, {_I}, int64, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_M2}, {_V}, {_T}"
+_UPD = f"{_M2}, {_I}, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_T}"
+_STEPS = (f"{_M2}, {{y}}, {_I}, int64, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_M2}, {_V}, "
+          f"{_T}")
 PERF = {  # every kernel of notebook 08 (course.perf, course.graphs, course.fused), as launchers and checks call it
     "course.perf:empty1_kernel": [_V],
     "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
