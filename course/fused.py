@@ -9,20 +9,21 @@ tiles for 784-128) and, when it owns one tile, keeps it in shared memory for the
 
 Phase A, forward, per tile: the batch's TK inputs X[batch, tile] and the tile of W1 in shared memory; each thread
 sums a 2-row x 4-unit block of X W1 over 1/SEGS of the inputs; the shares are added in shared memory and then,
-atomically, into Z (the pre-activations, (B, hidden), zero before the step): 8 tiles add into each cell.
--- grid barrier: Z is complete --
-Phase B, backward, per batch row r: H[r] = ReLU(Z[r] + b1) (Z[r] zeroed again), the logits, the softmax, the loss,
-dZ2[r] = (P - onehot) / B and dH[r] = (dZ2[r] W2^T) * [H[r] > 0]. The blocks without a row ask the L2 cache for
-the next batch's rows of X.
+atomically, into Z (the pre-activations, (B, hidden), zero before the step): 8 tiles add into each cell. Then the
+hidden units of the step before (W2[j], b1[j], b2: a unit per block), which phase A does not read.
+-- grid barrier: Z is complete, W2, b1, b2 are updated --
+Phase B, backward, per batch row r, a hidden unit per thread: H[r] = ReLU(Z[r] + b1) (Z[r] zeroed again), the
+logits (warp shuffles add a warp's units), the softmax, the loss, dZ2[r] = (P - onehot) / B and dH[r] =
+(dZ2[r] W2^T) * [H[r] > 0]. The blocks without a row ask the L2 cache for the next batch's rows of X.
 -- grid barrier: dZ2, dH, H are complete --
-Phase C, update: per hidden unit j (a block each) W2[j], b1[j] and b2; per tile dW1[tile] = X[batch, tile]^T
-dH[:, tile] (the X still in shared memory from phase A) and W1[tile] -= lr dW1.
+Phase C, update W1: per tile dW1[tile] = X[batch, tile]^T dH[:, tile] (the X still in shared memory from phase A)
+and W1[tile] -= lr dW1. The hidden units of this step wait for the next phase A (or the end of the launch).
 No barrier after C: the next phase A reads only the block's own tile of W1, and Z, which phase B zeroed."""
 import math
 import time
 
 import numpy as np
-from numba import cuda, float32, int32, types, uint64
+from numba import cuda, float32, types, uint64
 
 import course
 from course import timing
@@ -40,11 +41,9 @@ MAX_BATCH = 64     # a thread's rows are r and r + 32
 SEGS = 8           # phase A: shares of the inputs (SEGS x 64 threads)
 SEGS_C = 4         # phase C: shares of the batch rows (SEGS_C x 128 threads)
 KP = 64            # phase C: a thread's inputs are kk and kk + KP
-P_CELLS = 4096     # shared partial sums: SEGS x MAX_BATCH x TJ (A), SEGS_C x 2 KP x TJ (C); phase B below
-H_MAX = 1024       # phase B: H[r] in sP[:H_MAX], the logits' partial sums in sP[H_MAX:W2_0], W2 in sP[W2_0:]
-W2_0 = H_MAX + 512
+P_CELLS = 4096     # shared partial sums: SEGS x MAX_BATCH x TJ (A), SEGS_C x 2 KP x TJ (C); the warps' logits (B)
 NC_PAD = 16        # classes padded: at most 15 outputs
-X_CELLS = MAX_BATCH * XS   # shared arrays need plain constants: 49,024 bytes in all, of the 49,152 allowed
+X_CELLS = MAX_BATCH * XS   # shared arrays need plain constants: 48,640 bytes in all, of the 49,152 allowed
 W_CELLS = TKP * TJ
 DH_CELLS = MAX_BATCH * TJ
 DH_PER = 2         # phase C: cells of dH[:, tile] a thread loads early (the rest, in small blocks, later)
@@ -52,7 +51,6 @@ THREADS = 512      # threads per block on a GPU
 REGS = 128         # registers per thread at most, so that a 512-thread block fits on an SM
 XS_U = uint64(XS)  # unsigned constants: numba checks signed indices for wraparound (5 instructions per load)
 TJ_U = uint64(TJ)
-S_CELLS = 2 * NC_PAD       # a row's logits and dZ2
 NPOINTS = 16       # clock points per step (see CLOCK_PARTS)
 
 _JIT = {} if course.SIMULATOR else dict(max_registers=REGS)
@@ -83,6 +81,15 @@ if course.SIMULATOR:
 
     def prefetch_l2(X, i, k):
         """The simulator has no cache: nothing to do."""
+
+    def shfl_xor(scr, v, m):
+        """The simulator has no shuffles: the exchange goes through shared memory scr (a cell per thread), so
+        every thread of the block must call it."""
+        t = cuda.threadIdx.x
+        cuda.syncthreads()
+        scr[t] = v
+        cuda.syncthreads()
+        return scr[t ^ m]
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
@@ -110,6 +117,11 @@ else:
             return context.get_dummy_value()
         return types.void(X, i, k), codegen
 
+    @cuda.jit(device=True, inline=True)
+    def shfl_xor(scr, v, m):
+        """v of lane (lane ^ m) of this warp, register to register (scr: unused here)."""
+        return cuda.shfl_xor_sync(0xFFFFFFFF, v, m)
+
 
 @cuda.jit(device=True)
 def stamp(T, i, point):
@@ -127,20 +139,11 @@ def tile_origin(tile, hidden):
 
 
 @cuda.jit(device=True)
-def stage_rows(perm, base, B, sRows):
-    """sRows[r] = perm[base + r]: the batch's row numbers in X (the gather is a read in place)."""
-    r = cuda.threadIdx.x
-    while r < B:
-        sRows[r] = perm[base + r]
-        r += cuda.blockDim.x
-    cuda.syncthreads()
-
-
-@cuda.jit(device=True)
-def stage_x(X, sRows, B, k0, sX):
-    """sX[r, kk] = X[rows[r], k0 + kk] for r < MAX_BATCH, kk < XS, zeros past the batch and the tile. Warp w stages
-    rows w, w + warps, w + 2 warps, w + 3 warps at once, lane l their inputs l, l + 32, l + 64, l + 96: 16 loads
-    in flight per thread before the first store."""
+def stage_x(X, perm, base, B, k0, sX):
+    """sX[r, kk] = X[perm[base + r], k0 + kk] for r < MAX_BATCH, kk < XS, zeros past the batch and the tile (the
+    gather is a read in place: perm[base + r] is the row of X). Warp w stages rows w, w + warps, w + 2 warps,
+    w + 3 warps at once, lane l their inputs l, l + 32, l + 64, l + 96: 16 loads in flight per thread before the
+    first store."""
     K = X.shape[1]
     lane = cuda.threadIdx.x % 32
     warps = cuda.blockDim.x // 32
@@ -149,7 +152,7 @@ def stage_x(X, sRows, B, k0, sX):
     while r0 < MAX_BATCH:
         for p in range(4):
             r = r0 + p * warps
-            row = uint64(sRows[min(r, B - 1)])
+            row = uint64(perm[base + min(r, B - 1)])
             for q in range(4):
                 kk = lane + 32 * q
                 ok = r < B and kk < TK and k0 + kk < K
@@ -225,143 +228,140 @@ def add_partials(sP, B, j0, Z):
 
 
 @cuda.jit(device=True)
-def phase_a(X, perm, base, W1, Z, sRows, sX, sW, sP, origin, fresh, T, i):
-    """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is staged when `fresh`
-    (else sW holds it, as phase C left it); origin: tile_origin of the block's first tile. Every thread of the
-    block must call it."""
+def phase_a(X, perm, base, W1, Z, sX, sW, sP, origin, fresh_w, T, i):
+    """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is staged when
+    `fresh_w` (else sW holds it, as phase C left it); origin: tile_origin of the block's first tile. Every thread
+    of the block must call it."""
     B = Z.shape[0]
     K, hidden = W1.shape
-    stage_rows(perm, base, B, sRows)
-    stamp(T, i, 6)
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
     tile = cuda.blockIdx.x
     k0, j0 = origin
     while tile < ntiles:
-        if fresh:
+        if fresh_w:
             stage_w(W1, k0, j0, sW)
-        stage_x(X, sRows, B, k0, sX)
+        stage_x(X, perm, base, B, k0, sX)
         cuda.syncthreads()
-        stamp(T, i, 7)
+        stamp(T, i, 6)
         forward_partials(sX, sW, sP)
-        stamp(T, i, 8)
+        stamp(T, i, 7)
         add_partials(sP, B, j0, Z)
         tile += cuda.gridDim.x
         k0, j0 = tile_origin(tile, hidden)
+    stamp(T, i, 8)
 
 
 # %% notebooks/08_performance.ipynb cell c045
 @cuda.jit(device=True)
-def lane_sums(sR, n):
-    """Thread c < n: the sum of sR[lane * NC_PAD + c] over the block's lanes (blockDim / NC_PAD of them: at most
-    32, a multiple of 4), the loads all at once. Every thread must call it: it waits for the partial sums."""
-    cuda.syncthreads()
-    lanes = cuda.blockDim.x // NC_PAD
-    c = cuda.threadIdx.x
-    s0 = float32(0.0)
-    s1 = float32(0.0)
-    s2 = float32(0.0)
-    s3 = float32(0.0)
-    if c < n:
-        for l4 in range(8):                      # constant length: unrolled, the loads go out together
-            if 4 * l4 < lanes:
-                s0 += sR[(4 * l4) * NC_PAD + c]
-                s1 += sR[(4 * l4 + 1) * NC_PAD + c]
-                s2 += sR[(4 * l4 + 2) * NC_PAD + c]
-                s3 += sR[(4 * l4 + 3) * NC_PAD + c]
-    return (s0 + s1) + (s2 + s3)
+def halve(acc, half, mask, scr):
+    """One step of a warp's reduce-scatter: the lanes with bit `mask` set keep the classes acc[half:2 half], the
+    others acc[:half]; each sends the half it drops to its partner lane ^ mask and adds the half it receives.
+    Afterwards acc[:half] holds the two lanes' sums of the classes this lane keeps."""
+    upper = (cuda.threadIdx.x & mask) != 0
+    for k in range(half):                        # constant length: acc stays in registers
+        send = acc[k] if upper else acc[k + half]
+        keep = acc[k + half] if upper else acc[k]
+        acc[k] = keep + shfl_xor(scr, send, mask)
 
 
 @cuda.jit(device=True)
-def load_w2(W2, j0, c, lanes, w):
-    """w[m] = W2[j0 + m * lanes, c] for m < 4 (indices clamped inside W2; stored only where in range)."""
-    hidden, C = W2.shape
-    for m in range(4):
-        w[m] = W2[min(j0 + m * lanes, hidden - 1), min(c, C - 1)]
+def warp_class_sums(acc, scr):
+    """The sums of acc[c] (NC_PAD = 16 classes) over the 32 lanes of the warp, in 16 shuffles instead of 16 x 5:
+    four halvings leave lane l with class (l >> 1) % 16 summed over the 16 lanes of its parity, one more
+    exchange adds the other 16. Returns that sum: lanes l and l ^ 1 hold class l >> 1."""
+    halve(acc, 8, 16, scr)
+    halve(acc, 4, 8, scr)
+    halve(acc, 2, 4, scr)
+    halve(acc, 1, 2, scr)
+    return acc[0] + shfl_xor(scr, acc[0], 1)
 
 
 @cuda.jit(device=True)
-def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i):
-    """Batch row r: H[r] = ReLU(Z[r] + b1) (Z[r] zeroed for the next step), the logits (thread (lane, c) sums
-    every lanes-th unit for class c), the softmax, dZ2[r], dH[r] = (dZ2[r] W2^T) * [H[r] > 0], the row's loss / B
-    into losses[step]. W2 is staged in shared memory while H[r] loads."""
+def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
+    """Batch row r, a hidden unit per thread (j = t, then t + blockDim, ... when hidden is larger): H[r, j] =
+    ReLU(Z[r, j] + b1[j]) (Z[r, j] zeroed for the next step); the logits: thread j multiplies by W2[j], held in
+    its registers, shuffles add a warp's units, shared memory the warps'; the softmax and dZ2[r] in every warp
+    (class c in lanes c and c + 16); dH[r, j] = (dZ2[r] W2[j]^T) [H[r, j] > 0]; the row's loss / B into
+    losses[step]. Every thread of the block must call it."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = H.shape
     C = W2.shape[1]
-    sH = sP[:H_MAX]
-    sR = sP[H_MAX:W2_0]
-    sW2 = sP[W2_0:]
-    lane, c = t // NC_PAD, t % NC_PAD
-    lanes = nt // NC_PAD
-    w = cuda.local.array(4, float32)
-    j0 = lane
-    load_w2(W2, j0, c, lanes, w)                 # in flight while H[r] loads
-    j = t
-    while j < hidden:
-        h = max(Z[r, j] + b1[j], float32(0.0))
-        Z[r, j] = float32(0.0)                   # read once: zero again for the next step's sums
-        sH[j] = h
-        H[r, j] = h
+    lane, w = t % 32, t // 32
+    sR = sP[:16 * NC_PAD]                        # (warp, class): each warp's sums, at most 16 warps
+    sD = sP[16 * NC_PAD:17 * NC_PAD]             # dZ2[r]
+    scr = sP[P_CELLS - 512:]                     # the simulator's shuffles
+    wj = cuda.local.array(NC_PAD, float32)       # W2[j, :], zeros past C
+    acc = cuda.local.array(NC_PAD, float32)      # H[r, j] W2[j, :]
+    j = min(t, hidden - 1)
+    for c in range(NC_PAD):                      # every load first, all in flight at once
+        wj[c] = W2[j, min(c, C - 1)] if c < C and t < hidden else float32(0.0)
+    z = Z[r, j] + b1[j]
+    c = lane % NC_PAD
+    zc = b2[min(c, C - 1)]
+    h = max(z, float32(0.0)) if t < hidden else float32(0.0)
+    if t < hidden:
+        H[r, t] = h
+        Z[r, t] = float32(0.0)                   # read once: zero again for the next step's sums
+    for k in range(NC_PAD):
+        acc[k] = h * wj[k]
+    j = t + nt
+    while j < hidden:                            # hidden > blockDim: the other units, one at a time
+        hj = max(Z[r, j] + b1[j], float32(0.0))
+        H[r, j] = hj
+        Z[r, j] = float32(0.0)
+        for k in range(NC_PAD):
+            if k < C:
+                acc[k] += hj * W2[j, k]
         j += nt
-    while j0 < hidden:
-        for m in range(4):
-            jm = j0 + m * lanes
-            if jm < hidden and c < C:
-                sW2[jm * C + c] = w[m]
-        j0 += 4 * lanes
-        load_w2(W2, j0, c, lanes, w)
+    s = warp_class_sums(acc, scr)
+    if lane % 2 == 0:
+        sR[w * NC_PAD + lane // 2] = s
     cuda.syncthreads()
     stamp(T, i, 9)
-    acc = cuda.local.array(4, float32)           # units lane, lane + lanes, ... four at a time
-    for m in range(4):
-        acc[m] = float32(0.0)
-    if c < C:
-        j0 = lane
-        while j0 < hidden:
-            for m in range(4):
-                jm = min(j0 + m * lanes, H_MAX - 1)
-                acc[m] += sH[jm] * sW2[jm * C + c] if j0 + m * lanes < hidden else float32(0.0)
-            j0 += 4 * lanes
-    sR[t] = (acc[0] + acc[1]) + (acc[2] + acc[3])
-    z = lane_sums(sR, C)
-    if t < C:
-        sS[t] = z + b2[t]
+    for w2 in range(16):                         # constant length: the loads go out together
+        if w2 < nt // 32:
+            zc += sR[w2 * NC_PAD + c]
+    m = zc if c < C else float32(-3.0e38)        # the softmax across lanes c < C of each half-warp
+    for mask in (1, 2, 4, 8):
+        m = max(m, shfl_xor(scr, m, mask))
+    e = math.exp(zc - m) if c < C else float32(0.0)
+    s = e
+    for mask in (1, 2, 4, 8):
+        s += shfl_xor(scr, s, mask)
+    dz = (e / s - (float32(1.0) if c == label else float32(0.0))) / float32(B)
+    if t < NC_PAD:
+        sD[c] = dz if c < C else float32(0.0)
+        if c < C:
+            dZ2[r, c] = dz
+        if c == label:
+            cuda.atomic.add(losses, step, (math.log(s) - (zc - m)) / float32(B))
     cuda.syncthreads()
     stamp(T, i, 10)
-    if t < C:                                    # thread c: (P[c] - onehot[c]) / B, from the 10 logits
-        m = sS[0]
-        for c2 in range(1, NC_PAD):              # constant length: unrolled, the loads go out together
-            if c2 < C:
-                m = max(m, sS[c2])
-        s = float32(0.0)
-        for c2 in range(NC_PAD):
-            if c2 < C:
-                s += math.exp(sS[c2] - m)
-        dz = (math.exp(sS[t] - m) / s - (float32(1.0) if t == label else float32(0.0))) / float32(B)
-        dZ2[r, t] = dz
-        sS[NC_PAD + t] = dz
-        if t == label:
-            cuda.atomic.add(losses, step, (math.log(s) - (sS[t] - m)) / float32(B))
-    cuda.syncthreads()
-    j = t
+    if t < hidden:
+        g = float32(0.0)
+        for k in range(NC_PAD):
+            g += sD[k] * wj[k]
+        dH[r, t] = g if h > float32(0.0) else float32(0.0)
+    j = t + nt
     while j < hidden:
         g = float32(0.0)
-        for c2 in range(NC_PAD):
-            if c2 < C:
-                g += sS[NC_PAD + c2] * sW2[j * C + c2]
-        dH[r, j] = g if sH[j] > float32(0.0) else float32(0.0)
+        for k in range(NC_PAD):
+            if k < C:
+                g += sD[k] * W2[j, k]
+        dH[r, j] = g if H[r, j] > float32(0.0) else float32(0.0)
         j += nt
-    cuda.syncthreads()                           # sP and sS are reused by the next row
+    cuda.syncthreads()                           # sP is reused by the next row
 
 
 @cuda.jit(device=True)
-def phase_b(y, perm, base, X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i):
+def phase_b(y, perm, base, X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
     """Backward: one batch row per block at a time; the blocks without a row ask the L2 cache for the next batch's
-    rows of X (a 128-byte line per thread), so that the next phase A finds them there. Every thread must call it."""
+    rows of X (a 128-byte line per thread), so that phase C finds them there. Every thread must call it."""
     B = H.shape[0]
     K = X.shape[1]
     r = cuda.blockIdx.x
     while r < B:
-        row_backward(r, y[perm[base + r]], Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i)
+        row_backward(r, y[perm[base + r]], Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i)
         r += cuda.gridDim.x
     if cuda.blockIdx.x >= B and base + 2 * B <= perm.shape[0]:
         lines = (K + 31) // 32 + 1               # 128-byte lines of a row of X (one more when unaligned)
@@ -426,6 +426,27 @@ def update_tile(lr, W1, k0, j0, sW, sP):
 
 
 @cuda.jit(device=True)
+def lane_sums(sR, n):
+    """Thread c < n: the sum of sR[lane * NC_PAD + c] over the block's lanes (blockDim / NC_PAD of them: at most
+    32, a multiple of 4), the loads all at once. Every thread must call it: it waits for the partial sums."""
+    cuda.syncthreads()
+    lanes = cuda.blockDim.x // NC_PAD
+    c = cuda.threadIdx.x
+    s0 = float32(0.0)
+    s1 = float32(0.0)
+    s2 = float32(0.0)
+    s3 = float32(0.0)
+    if c < n:
+        for l4 in range(8):                      # constant length: unrolled, the loads go out together
+            if 4 * l4 < lanes:
+                s0 += sR[(4 * l4) * NC_PAD + c]
+                s1 += sR[(4 * l4 + 1) * NC_PAD + c]
+                s2 += sR[(4 * l4 + 2) * NC_PAD + c]
+                s3 += sR[(4 * l4 + 3) * NC_PAD + c]
+    return (s0 + s1) + (s2 + s3)
+
+
+@cuda.jit(device=True)
 def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
     """Hidden unit j < hidden: W2[j, c] -= lr sum_r H[r, j] dZ2[r, c] (c < C) and b1[j] -= lr sum_r dH[r, j]
     (c = C); j == hidden: b2[c] -= lr sum_r dZ2[r, c]. Thread (lane, c) sums two rows at a time; the parameter
@@ -473,6 +494,17 @@ def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
 
 
 @cuda.jit(device=True)
+def update_units(lr, H, dZ2, dH, W2, b1, b2, sP):
+    """The hidden units of this block: unit hidden - u for u = block, block + grid, ... (block 0 takes b2, as
+    unit `hidden`). Every thread of the block must call it."""
+    hidden = H.shape[1]
+    u = cuda.blockIdx.x
+    while u < hidden + 1:
+        update_unit(hidden - u, lr, H, dZ2, dH, W2, b1, b2, sP)
+        u += cuda.gridDim.x
+
+
+@cuda.jit(device=True)
 def load_dh(dH, j0, d):
     """d[q] = dH[r, j0 + jj] for the cells v = t + q * blockDim = r * TJ + jj of sdH (zeros past the edges)."""
     B, hidden = dH.shape
@@ -484,25 +516,19 @@ def load_dh(dH, j0, d):
 
 
 @cuda.jit(device=True)
-def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, origin, kept, T, i):
-    """Update: the hidden units of this block (unit hidden - block: block 0 takes b2), then every tile of this
-    block; X[batch, tile] and the tile of W1 are staged again unless `kept` (a block that owns one tile still
-    holds both from phase A). dH[:, tile] is loaded before the units, to arrive while they are summed. Every
-    thread of the block must call it."""
+def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, T, i):
+    """Update W1, every tile of this block: dW1[tile] = X[batch, tile]^T dH[:, tile], W1[tile] -= lr dW1[tile].
+    X[batch, tile] and the tile of W1 are staged again unless `kept` (a block that owns one tile still holds both
+    from phase A). Every thread of the block must call it."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
-    B, hidden = H.shape
+    B, hidden = dH.shape
     K = W1.shape[0]
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
     d = cuda.local.array(DH_PER, float32)
     tile = cuda.blockIdx.x
     k0, j0 = origin
-    load_dh(dH, j0, d)
-    u = cuda.blockIdx.x
-    while u < hidden + 1:
-        update_unit(hidden - u, lr, H, dZ2, dH, W2, b1, b2, sP)
-        u += cuda.gridDim.x
-    stamp(T, i, 11)
     while tile < ntiles:
+        load_dh(dH, j0, d)
         for q in range(DH_PER):
             v = t + q * nt
             if v < DH_CELLS:
@@ -514,7 +540,7 @@ def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, origin, k
             sdH[v] = dH[r, j0 + jj] if r < B and j0 + jj < hidden else float32(0.0)
             v += nt
         if not kept:
-            stage_x(X, sRows, B, k0, sX)
+            stage_x(X, perm, base, B, k0, sX)
             stage_w(W1, k0, j0, sW)
         cuda.syncthreads()
         stamp(T, i, 12)
@@ -524,7 +550,6 @@ def phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, origin, k
         stamp(T, i, 14)
         tile += cuda.gridDim.x
         k0, j0 = tile_origin(tile, hidden)
-        load_dh(dH, j0, d)
 
 
 # %% notebooks/08_performance.ipynb cell c047
@@ -534,30 +559,26 @@ def forward_kernel(X, perm, step, W1, Z, T):
     sX = cuda.shared.array(X_CELLS, float32)
     sW = cuda.shared.array(W_CELLS, float32)
     sP = cuda.shared.array(P_CELLS, float32)
-    sRows = cuda.shared.array(MAX_BATCH, int32)
-    phase_a(X, perm, step * Z.shape[0], W1, Z, sRows, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]), True,
-            T, 0)
+    phase_a(X, perm, step * Z.shape[0], W1, Z, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]), True, T, 0)
 
 
 @cuda.jit(**_JIT)
 def backward_kernel(y, perm, step, X, b1, W2, b2, Z, H, dZ2, dH, losses, T):
     """Phase B of step `step` as its own launch (any grid: blocks stride over the batch rows)."""
     sP = cuda.shared.array(P_CELLS, float32)
-    sS = cuda.shared.array(S_CELLS, float32)
-    phase_b(y, perm, step * H.shape[0], X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, 0)
+    phase_b(y, perm, step * H.shape[0], X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, 0)
 
 
 @cuda.jit(**_JIT)
 def update_kernel(X, perm, step, lr, W1, b1, W2, b2, H, dZ2, dH, T):
-    """Phase C of step `step` as its own launch (any grid: blocks stride over hidden units and tiles)."""
+    """Phase C of step `step` as its own launch, the hidden units first (any grid: blocks stride over the hidden
+    units and the tiles)."""
     sX = cuda.shared.array(X_CELLS, float32)
     sW = cuda.shared.array(W_CELLS, float32)
     sP = cuda.shared.array(P_CELLS, float32)
     sdH = cuda.shared.array(DH_CELLS, float32)
-    sRows = cuda.shared.array(MAX_BATCH, int32)
-    B = H.shape[0]
-    stage_rows(perm, step * B, B, sRows)
-    phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
+    update_units(lr, H, dZ2, dH, W2, b1, b2, sP)
+    phase_c(X, perm, step * H.shape[0], lr, W1, dH, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
             False, T, 0)
 
 
@@ -565,13 +586,13 @@ def update_kernel(X, perm, step, lr, W1, b1, W2, b2, H, dZ2, dH, T):
 def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2, dH, losses, T):
     """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, grid-wide
     barriers after A and after B. Correct for any grid that is co-resident (a cooperative launch checks that).
-    T: the clocks, (steps recorded, blocks, NPOINTS), or (0, 1, NPOINTS) for none."""
+    The hidden units of step i (W2, b1, b2) are updated in phase A of step i + 1, which reads none of them, while
+    their data arrive; the last step's after the loop. T: the clocks, (steps recorded, blocks, NPOINTS), or
+    (0, 1, NPOINTS) for none."""
     sX = cuda.shared.array(X_CELLS, float32)
     sW = cuda.shared.array(W_CELLS, float32)
-    sP = cuda.shared.array(P_CELLS, float32)     # partial sums; H[r], the logits' sums and W2 in phase B
+    sP = cuda.shared.array(P_CELLS, float32)     # partial sums; a row's logits in phase B
     sdH = cuda.shared.array(DH_CELLS, float32)
-    sS = cuda.shared.array(S_CELLS, float32)  # a row's logits and dZ2
-    sRows = cuda.shared.array(MAX_BATCH, int32)
     grid = cuda.cg.this_grid()
     B = H.shape[0]
     kept = ((W1.shape[0] + TK - 1) // TK) * ((W1.shape[1] + TJ - 1) // TJ) <= cuda.gridDim.x
@@ -579,16 +600,19 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     for i in range(nsteps):
         step = step0 + i
         stamp(T, i, 0)
-        phase_a(X, perm, step * B, W1, Z, sRows, sX, sW, sP, origin, not kept or i == 0, T, i)
+        phase_a(X, perm, step * B, W1, Z, sX, sW, sP, origin, not kept or i == 0, T, i)
+        if i > 0:
+            update_units(lr, H, dZ2, dH, W2, b1, b2, sP)     # the step before's hidden units
         stamp(T, i, 1)
-        grid.sync()                              # Z is complete
+        grid.sync()                              # Z is complete, W2, b1 and b2 are updated
         stamp(T, i, 2)
-        phase_b(y, perm, step * B, X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, sS, T, i)
+        phase_b(y, perm, step * B, X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i)
         stamp(T, i, 3)
         grid.sync()                              # H, dZ2 and dH are complete, Z is zero again
         stamp(T, i, 4)
-        phase_c(X, lr, W1, b1, W2, b2, H, dZ2, dH, sRows, sX, sW, sdH, sP, origin, kept, T, i)
+        phase_c(X, perm, step * B, lr, W1, dH, sX, sW, sdH, sP, origin, kept, T, i)
         stamp(T, i, 5)
+    update_units(lr, H, dZ2, dH, W2, b1, b2, sP)         # the last step's hidden units
 
 
 # %% notebooks/08_performance.ipynb cell c048
@@ -609,11 +633,9 @@ class FusedTrainer:
         W1, b1, W2, b2 = (params[k] for k in ("W1", "b1", "W2", "b2"))
         K, hidden = W1.shape
         C = W2.shape[1]
-        if not (1 <= C < NC_PAD and 1 <= batch_size <= MAX_BATCH and 1 <= hidden <= H_MAX
-                and hidden * C <= P_CELLS - W2_0):
-            raise ValueError(f"the fused kernels need at most {NC_PAD - 1} outputs, batch_size <= {MAX_BATCH}, "
-                             f"hidden <= {H_MAX} and hidden * outputs <= {P_CELLS - W2_0} (W2 is staged in shared "
-                             f"memory); got hidden {hidden}, {C} outputs, batch_size {batch_size}")
+        if not (1 <= C < NC_PAD and 1 <= batch_size <= MAX_BATCH):
+            raise ValueError(f"the fused kernels need at most {NC_PAD - 1} outputs and batch_size <= {MAX_BATCH}; "
+                             f"got {C} outputs, batch_size {batch_size}")
         threads = threads or course.pick(gpu=THREADS, sim=64)
         if threads % 64 or not 64 <= threads <= 512:       # lane_sums: 16 classes x a multiple of 4 lanes
             raise ValueError(f"threads must be a multiple of 64 in [64, 512], got {threads}")
@@ -755,17 +777,16 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
 
 # %% notebooks/08_performance.ipynb cell ck2
 CLOCK_PARTS = {    # name: (from point, to point, blocks measured); "tiles": blocks with a tile, "rows": with a row
-    "A: the batch's row numbers": (0, 6, "tiles"),
-    "A: X[batch, tile] into shared memory": (6, 7, "tiles"),
-    "A: the partial sums X W1": (7, 8, "tiles"),
-    "A: added into Z (atomics)": (8, 1, "tiles"),
+    "A: X[batch, tile] into shared memory": (0, 6, "tiles"),
+    "A: the partial sums X W1": (6, 7, "tiles"),
+    "A: added into Z (atomics)": (7, 8, "tiles"),
+    "A: the step before's W2, b1, b2 (a unit per block)": (8, 1, "tiles"),
     "barrier 1 (last arrival to first release)": (1, 2, "barrier"),
-    "B: H[r] and W2 into shared memory": (2, 9, "rows"),
-    "B: the logits": (9, 10, "rows"),
-    "B: softmax, dZ2, dH": (10, 3, "rows"),
+    "B: H[r], the logits' sums in each warp": (2, 9, "rows"),
+    "B: softmax, dZ2": (9, 10, "rows"),
+    "B: dH": (10, 3, "rows"),
     "barrier 2 (last arrival to first release)": (3, 4, "barrier"),
-    "C: W2, b1, b2 (a unit per block)": (4, 11, "tiles"),
-    "C: dH[:, tile] into shared memory": (11, 12, "tiles"),
+    "C: dH[:, tile] into shared memory": (4, 12, "tiles"),
     "C: the sums dW1 = X^T dH": (12, 13, "tiles"),
     "C: W1 updated": (13, 14, "tiles"),
 }

@@ -439,16 +439,25 @@ FIGURES = [
     Fig("08", "cg10", r"from (\d+) ms \(15 small kernels", calc(lambda s: s * 1e3,
         Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
     Fig("08", "cg10", r"replayed\) to (\d+) ms \(one kernel", calc(lambda s: s * 1e3, FUSED_S)),
-    Fig("08", "cg10", r"give about (\d+) µs for phase A", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
-        "A: the batch's row numbers", r"A: X\[batch, tile\] into shared memory", "A: the partial sums X W1",
-        r"A: added into Z \(atomics\)")), why="the clocks of phase A's parts, summed"), tol=0.1),
-    Fig("08", "cg10", r"(\d+) µs for a row of phase B", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
-        "B: H\\[r\\] and W2 into shared memory", "B: the logits", "B: softmax, dZ2, dH")), why="phase B's parts, summed"), tol=0.1),
-    Fig("08", "cg10", r"(\d+) µs for phase C", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
-        r"C: W2, b1, b2 \(a unit per block\)", r"C: dH\[:, tile\] into shared memory", "C: the sums dW1 = X\\^T dH",
-        "C: W1 updated")), why="phase C's parts, summed"), tol=0.1),
-    Fig("08", "cg10", r"barriers of about ([\d.]+) µs each", CLOCK(r"barrier 1 \(last arrival to first release\)")),
+    Fig("08", "cg10", r"give about ([\d.]+) µs for phase A", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
+        r"A: X\[batch, tile\] into shared memory", "A: the partial sums X W1", r"A: added into Z \(atomics\)",
+        r"A: the step before's W2, b1, b2 \(a unit per block\)")), why="the clocks of phase A's parts, summed")),
+    Fig("08", "cg10", r"([\d.]+) µs for a row of phase B", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
+        r"B: H\[r\], the logits' sums in each warp", "B: softmax, dZ2", "B: dH")), why="phase B's parts, summed")),
+    Fig("08", "cg10", r"([\d.]+) µs for phase C", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
+        r"C: dH\[:, tile\] into shared memory", "C: the sums dW1 = X\\^T dH", "C: W1 updated")),
+        why="phase C's parts, summed")),
+    Fig("08", "cg10", r"\(about ([\d.]+) µs for the first\)", CLOCK(r"barrier 1 \(last arrival to first release\)")),
     Fig("08", "cg10", r"and about (\d+) µs per step\s+in all", CLOCK("step")),
+    Fig("08", "c038", r"phase B ([\d.]+) → [\d.]+ µs", calc(lambda *v: sum(v), *(Json(FUSED, f"versions[epoch_ms=16.18].clocks_us.{k}")
+        for k in ("b_h_w2", "b_logits", "b_softmax_dh")), why="phase B's clocks before")),
+    Fig("08", "c038", r"phase B [\d.]+ → ([\d.]+) µs", calc(lambda *v: sum(v), *(Json(FUSED, f"versions[epoch_ms=15.4].clocks_us.{k}")
+        for k in ("b_h_logits", "b_softmax", "b_dh")), why="phase B's clocks after")),
+    Fig("08", "c038", r"next phase A, which reads none of them: ([\d.]+) →", Json(FUSED, "versions[epoch_ms=16.18].epoch_ms")),
+    Fig("08", "c038", r"reads none of them: [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=15.4].epoch_ms")),
+    Fig("08", "c044", r"does it in (16), a", calc(lambda: 8 + 4 + 2 + 1 + 1, why="halvings of 8, 4, 2, 1 values, then one exchange")),
+    Fig("08", "cg10", r"runs at ([\d.]+) ms an epoch: 64 rows", Json(FUSED, "versions[epoch_ms=28.61].epoch_ms")),
+    Fig("08", "cg10", r"on shared memory \(([\d.]+) µs a step\)", Json(FUSED, "versions[epoch_ms=28.61].clocks_us.b_logits")),
     Fig("08", "cg10", r"way of\s+~(10) ms an epoch", calc(lambda: 10, why="issue 13's goal, not a measurement")),
     Fig("08", "c062", r"and ([\d.]+)× faster than PyTorch with the whole step", calc(lambda g, f: g / f,
         Json(BENCH, "rows[impl=pytorch_graph].epoch_s"), FUSED_S)),

@@ -81,11 +81,10 @@ def test_arguments_are_checked(data):
     with pytest.raises(ValueError, match="batch_size <= 64"):
         FusedTrainer(params, 65, LR)
     FusedTrainer(params, 64, LR)
-    with pytest.raises(ValueError, match="hidden"):
-        FusedTrainer(init_params(2000, SEED, n_in=49), BATCH, LR)
-    with pytest.raises(ValueError, match=r"hidden \* outputs <= 2560"):   # W2 must fit in shared memory
-        FusedTrainer(init_params(257, SEED, n_in=49), BATCH, LR)
-    FusedTrainer(init_params(256, SEED, n_in=49), BATCH, LR)                # 256 * 10 = 2560 fits
+    FusedTrainer(init_params(2000, SEED, n_in=49), BATCH, LR)               # any hidden: W2 stays in global memory
+    with pytest.raises(ValueError, match="at most 15 outputs"):
+        FusedTrainer(dict(W1=params["W1"], b1=params["b1"], W2=cuda.device_array((HIDDEN, 16), np.float32),
+                          b2=cuda.device_array(16, np.float32)), BATCH, LR)
     if course.SIMULATOR:
         with pytest.raises(ValueError, match="one block"):
             FusedTrainer(params, BATCH, LR, mode="epoch", blocks=2)
@@ -112,7 +111,7 @@ def test_clocks_are_recorded_in_order_and_reported(data):
     X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(np.arange(2 * BATCH))
     T = t.timed_epoch(X_d, y_d, perm_d, cuda.device_array(2, np.float32))
     assert T.shape[0] == 2 and T.shape[2] == NPOINTS and T.shape[1] == (1 if course.SIMULATOR else t._blocks)
-    order = [0, 6, 7, 8, 1, 2, 9, 10, 3, 4, 11, 12, 13, 14, 5]             # the kernel's order of the points
+    order = [0, 6, 7, 8, 1, 2, 9, 10, 3, 4, 12, 13, 14, 5]             # the kernel's order of the points
     for step in T:                                   # block 0 has a tile, a row and a unit: it passes every point
         assert np.all(np.diff(step[0, order]) >= 0) and step[0, 0] > 0, step
     assert np.all(T[1, 0, 0] >= T[0, 0, 5])
