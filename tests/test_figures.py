@@ -278,6 +278,8 @@ FUSED_MS_08 = Out("08", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
 PLAIN_MS_08 = Out("08", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
 from course.fused import CLOCK_PARTS  # noqa: E402
 CLOCK = lambda part: Out("08", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
+SPARE_US = CLOCK(r"the step before's W2, b1, b2 in the spare blocks \(off the path: from C to barrier 1\)")
+FINAL = "versions[epoch_ms=13.49]"    # course.fused now: its row of fused-h200.json
 MB_IMAGES = 60000 * 784 * 4
 STEPS = 60000 // 64
 PARAMS = 784 * 128 + 128 + 128 * 10 + 10
@@ -441,7 +443,8 @@ FIGURES = [
     Fig("08", "cg10", r"replayed\) to (\d+) ms \(one kernel", calc(lambda s: s * 1e3, FUSED_S)),
     Fig("08", "cg10", r"give about ([\d.]+) µs for phase A", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
         r"A: X\[batch, tile\] into shared memory", "A: the partial sums X W1", r"A: added into Z \(atomics\)",
-        r"A: the step before's W2, b1, b2 \(a unit per block\)")), why="the clocks of phase A's parts, summed")),
+        r"A: the step before's W2, b1, b2 \(a unit per block; nothing when blocks are spare\)")),
+        why="the clocks of phase A's parts, summed")),
     Fig("08", "cg10", r"([\d.]+) µs for a row of phase B", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
         r"B: H\[r\], the logits' sums in each warp", "B: softmax, dZ2", "B: dH")), why="phase B's parts, summed")),
     Fig("08", "cg10", r"([\d.]+) µs for phase C", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
@@ -455,6 +458,21 @@ FIGURES = [
         for k in ("b_h_logits", "b_softmax", "b_dh")), why="phase B's clocks after")),
     Fig("08", "c038", r"next phase A, which reads none of them: ([\d.]+) →", Json(FUSED, "versions[epoch_ms=16.18].epoch_ms")),
     Fig("08", "c038", r"reads none of them: [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=15.4].epoch_ms")),
+    Fig("08", "c038", r"([\d.]+) → [\d.]+ µs a barrier", Json(FUSED, "versions[epoch_ms=15.4].clocks_us.barrier1")),
+    Fig("08", "c038", r"[\d.]+ → ([\d.]+) µs a barrier", Json(FUSED, "versions[epoch_ms=14.38].clocks_us.barrier1")),
+    Fig("08", "c038", r"µs a barrier, ([\d.]+) →", Json(FUSED, "versions[epoch_ms=15.4].epoch_ms")),
+    Fig("08", "c038", r"µs a barrier, [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=14.38].epoch_ms")),
+    Fig("08", "c038", r"in about ([\d.]+) µs, while the tile", SPARE_US),
+    Fig("08", "c038", r"phases C and A:\s+([\d.]+) →", Json(FUSED, "versions[epoch_ms=14.38].epoch_ms")),
+    Fig("08", "c038", r"phases C and A:\s+[\d.]+ → ([\d.]+) ms", Json(FUSED, FINAL + ".epoch_ms")),
+    Fig("08", "cf1", r"Its ([\d.]+) µs overlap", SPARE_US),
+    Fig("08", "cg10", r"cut A's staging to ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=16.17].clocks_us.a_x")),
+    Fig("08", "cg10", r"6,272 copies took ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=16.17].issue_us")),
+    Fig("08", "cg10", r"\(B\s+([\d.]+) → [\d.]+ µs\)", calc(lambda *v: sum(v), *(Json(FUSED, f"versions[epoch_ms=15.4].clocks_us.{k}")
+        for k in ("b_h_logits", "b_softmax", "b_dh")), why="phase B's clocks before")),
+    Fig("08", "cg10", r"\(B\s+[\d.]+ → ([\d.]+) µs\)", calc(lambda *v: sum(v), *(Json(FUSED, f"versions[epoch_ms=16.05].clocks_us.{k}")
+        for k in ("b_h_logits", "b_softmax", "b_dh")), why="phase B's clocks with the staging warps")),
+    Fig("08", "cg10", r"at its spill \(([\d.]+) µs a step\)", Json(FUSED, "versions[epoch_ms=20.75].step_us")),
     Fig("08", "c044", r"does it in (16), a", calc(lambda: 8 + 4 + 2 + 1 + 1, why="halvings of 8, 4, 2, 1 values, then one exchange")),
     Fig("08", "cg10", r"runs at ([\d.]+) ms an epoch: 64 rows", Json(FUSED, "versions[epoch_ms=28.61].epoch_ms")),
     Fig("08", "cg10", r"on shared memory \(([\d.]+) µs a step\)", Json(FUSED, "versions[epoch_ms=28.61].clocks_us.b_logits")),
