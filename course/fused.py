@@ -19,7 +19,7 @@ logits (warp shuffles add a warp's units), the softmax, the loss, dZ2[r] = (P - 
 (dZ2[r] W2^T) * [H[r] > 0]. The blocks without a row ask the L2 cache for the next batch's rows of X.
 -- grid barrier: dZ2, dH, H are complete --
 Phase C, update W1: per tile dW1[tile] = X[batch, tile]^T dH[:, tile] (the X still in shared memory from phase A)
-and W1[tile] -= lr dW1. The hidden units of this step wait for the next phase A (or the end of the launch).
+and W1[tile] -= lr dW1. This step's small layer is updated before the next barrier 1 (or at the end of the launch).
 No barrier after C: the next phase A reads only the block's own tile of W1, and Z, which phase B zeroed.
 The grid barriers are hand-written (grid_barrier: one atomic count, a spinning load with acquire semantics);
 the launch stays cooperative, so that the GPU checks every block is resident."""
