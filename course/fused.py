@@ -736,9 +736,9 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     sdH = cuda.shared.array(DH_CELLS, float32)
     grid = cuda.cg.this_grid()
     B = H.shape[0]
-    kept = ((W1.shape[0] + TK - 1) // TK) * ((W1.shape[1] + TJ - 1) // TJ) <= cuda.gridDim.x
-    origin = tile_origin(cuda.blockIdx.x, W1.shape[1])   # (k0, j0) of the block's first tile, computed once
     ntiles = ((W1.shape[0] + TK - 1) // TK) * ((W1.shape[1] + TJ - 1) // TJ)
+    kept = ntiles <= cuda.gridDim.x              # a tile per block: it stays in shared memory
+    origin = tile_origin(cuda.blockIdx.x, W1.shape[1])   # (k0, j0) of the block's first tile, computed once
     spare = (cuda.gridDim.x >= ntiles + (W1.shape[1] + UJ - 1) // UJ    # blocks with no tile: the small layer,
              and cuda.blockDim.x >= UJ * (W2.shape[1] + 1) + W2.shape[1])  # a thread per parameter
     for i in range(nsteps):
