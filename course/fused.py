@@ -38,16 +38,16 @@ from course.update import check_loss
 from course.util import cdiv, require
 
 TJ = 8             # hidden units per tile: two groups of 4, a thread's 4 accumulators per row
-TK = 98            # inputs per tile (784 = 8 x 98)
+TK = 100           # inputs per tile (784 = 7 x 100 + 84): a row of a tile is 400 bytes, a multiple of 16
 TKP = 104          # TK padded with zeros to a multiple of SEGS: every thread's loop has one constant length
-XS = TKP + 1       # row stride of the staged X[batch, tile] (odd: 32 rows at one input sit in 32 banks)
+XS = TK            # row stride of the staged X[batch, tile]: rows start on 16-byte boundaries (the copy engine)
 MAX_BATCH = 64     # a thread's rows are r and r + 32
 SEGS = 8           # phase A: shares of the inputs (SEGS x 64 threads)
 SEGS_C = 4         # phase C: shares of the batch rows (SEGS_C x 128 threads)
 KP = 64            # phase C: a thread's inputs are kk and kk + KP
 P_CELLS = 4096     # shared partial sums: SEGS x MAX_BATCH x TJ (A), SEGS_C x 2 KP x TJ (C); the warps' logits (B)
 NC_PAD = 16        # classes padded: at most 15 outputs
-X_CELLS = MAX_BATCH * XS   # shared arrays need plain constants: 48,640 bytes in all, of the 49,152 allowed
+X_CELLS = MAX_BATCH * XS + 4   # and 4 zeros: row 63's inputs TK .. TKP - 1 (47,376 bytes in all, of 49,152)
 W_CELLS = TKP * TJ
 DH_CELLS = MAX_BATCH * TJ
 DH_PER = 2         # phase C: cells of dH[:, tile] a thread loads early (the rest, in small blocks, later)
@@ -61,6 +61,7 @@ SMALL_CELLS = 2 * MAX_BATCH * UJ + MAX_BATCH * NC_PAD   # H, dH columns and dZ2 
 SMALL_PER = 10     # cells a thread loads at once (SMALL_CELLS / THREADS)
 
 _JIT = {} if course.SIMULATOR else dict(max_registers=REGS)
+X_ALIGN = None if course.SIMULATOR else 16   # bytes: where sX starts (the copy engine needs 16)
 
 
 # %% notebooks/08_performance.ipynb cell c041
@@ -93,6 +94,16 @@ if course.SIMULATOR:
         """The simulator (one block): the cooperative groups' barrier."""
         grid.sync()
 
+    def has_copy_engine():
+        """The simulator has no copy engine: stage_x copies X."""
+        return False
+
+    def copy_init(*args):
+        """Not in the simulator (has_copy_engine() is False)."""
+        raise NotImplementedError("the copy engine needs a GPU of compute capability 9.0 or more")
+
+    copy_expect = copy_tile = copy_done = copy_fence = copy_init
+
     def shfl_xor(scr, v, m):
         """The simulator has no shuffles: the exchange goes through shared memory scr (a cell per thread), so
         every thread of the block must call it."""
@@ -106,25 +117,32 @@ else:
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
+    def _item(context, builder, sig, args, a, n=0):
+        """The address of args[a][args[a + 1], ..., args[a + n], 0, ...] (zeros for the indices not given): a
+        generic address."""
+        ty = sig.args[a]
+        inds = [context.cast(builder, v, t, types.intp) for v, t in zip(args[a + 1:a + 1 + n], sig.args[a + 1:a + 1 + n])]
+        inds += [context.get_constant(types.intp, 0)] * (ty.ndim - n)
+        ary = context.make_array(ty)(context, builder, args[a])
+        return cgutils.get_item_pointer(context, builder, ty, ary, inds)
+
+    def _ptx(builder, text, constraints, ops, ret=ir.VoidType()):
+        """Call the PTX `text` on operands ops ($0, $1, ... in text; the result first, when there is one)."""
+        asm = ir.InlineAsm(ir.FunctionType(ret, [o.type for o in ops]), text, constraints, side_effect=True)
+        return builder.call(asm, ops)
+
     @intrinsic
     def globaltimer(typingctx):
         """The GPU's nanosecond clock (PTX %globaltimer), the same on every SM."""
         def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(64), []), "mov.u64 $0, %globaltimer;", "=l",
-                               side_effect=True)
-            return builder.call(asm, [])
+            return _ptx(builder, "mov.u64 $0, %globaltimer;", "=l", [], ir.IntType(64))
         return types.uint64(), codegen
 
     @intrinsic
     def prefetch_l2(typingctx, X, i, k):
         """Ask the L2 cache for the 128-byte line of X[i, k] (PTX prefetch.global.L2): no thread waits for it."""
         def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            inds = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
-            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, inds)
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ptr.type]), "prefetch.global.L2 [$0];", "l",
-                               side_effect=True)
-            builder.call(asm, [ptr])
+            _ptx(builder, "prefetch.global.L2 [$0];", "l", [_item(context, builder, sig, args, 0, 2)])
             return context.get_dummy_value()
         return types.void(X, i, k), codegen
 
@@ -134,23 +152,89 @@ else:
         its block wrote before a block barrier, is visible to any thread that reads the new count with acquire.
         Returns the count before (PTX atom.add.release.gpu)."""
         def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [context.get_constant(types.intp, 0)])
-            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(64), [ptr.type]),
-                               "atom.add.release.gpu.u64 $0, [$1], 1;", "=l,l,~{memory}", side_effect=True)
-            return builder.call(asm, [ptr])
+            return _ptx(builder, "atom.add.release.gpu.u64 $0, [$1], 1;", "=l,l,~{memory}",
+                        [_item(context, builder, sig, args, 0)], ir.IntType(64))
         return types.uint64(bar), codegen
 
     @intrinsic
     def arrived(typingctx, bar):
         """bar[0], read with acquire semantics at GPU scope (PTX ld.acquire.gpu)."""
         def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [context.get_constant(types.intp, 0)])
-            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(64), [ptr.type]),
-                               "ld.acquire.gpu.u64 $0, [$1];", "=l,l,~{memory}", side_effect=True)
-            return builder.call(asm, [ptr])
+            return _ptx(builder, "ld.acquire.gpu.u64 $0, [$1];", "=l,l,~{memory}",
+                        [_item(context, builder, sig, args, 0)], ir.IntType(64))
         return types.uint64(bar), codegen
+
+    def has_copy_engine():
+        """Does this GPU copy from memory to shared memory by itself (PTX cp.async.bulk: compute capability 9.0+)?
+        Where not, the copy_ intrinsics compile to nothing, and the kernels stage X with stage_x."""
+        try:
+            return cuda.get_current_device().compute_capability >= (9, 0)
+        except cuda.CudaSupportError:
+            return False
+
+    SHARED = "cvta.to.shared.u64 a, {}; cvt.u32.u64 {}, a;"   # a generic address -> a 32-bit shared-memory one
+
+    @intrinsic
+    def copy_init(typingctx, mbar):
+        """mbar[0] (uint64, shared memory) := an mbarrier that completes a phase when one thread has arrived and
+        the bytes it announced have landed (PTX mbarrier.init), made visible to the copy engine."""
+        def codegen(context, builder, sig, args):
+            if has_copy_engine():
+                _ptx(builder, "{ .reg .u64 a; .reg .u32 m; " + SHARED.format("$0", "m") +
+                     " mbarrier.init.shared::cta.b64 [m], 1; fence.mbarrier_init.release.cluster; }", "l",
+                     [_item(context, builder, sig, args, 0)])
+            return context.get_dummy_value()
+        return types.void(mbar), codegen
+
+    @intrinsic
+    def copy_expect(typingctx, mbar, nbytes):
+        """Arrive on mbar[0] and announce nbytes more to land in this phase (PTX mbarrier.arrive.expect_tx)."""
+        def codegen(context, builder, sig, args):
+            if has_copy_engine():
+                _ptx(builder, "{ .reg .u64 a, s; .reg .u32 m; " + SHARED.format("$0", "m") +
+                     " mbarrier.arrive.expect_tx.shared::cta.b64 s, [m], $1; }", "l,r",
+                     [_item(context, builder, sig, args, 0), context.cast(builder, args[1], sig.args[1], types.uint32)])
+            return context.get_dummy_value()
+        return types.void(mbar, nbytes), codegen
+
+    @intrinsic
+    def copy_tile(typingctx, sX, Xt, row, nbytes, mbar):
+        """Start the copy of nbytes from Xt[row, 0] on into sX[0] on by the copy engine (PTX cp.async.bulk): no
+        thread waits, no register holds the data; mbar[0] counts the bytes as they land. Both addresses 16-byte
+        aligned, nbytes a multiple of 16."""
+        def codegen(context, builder, sig, args):
+            if has_copy_engine():
+                ops = [_item(context, builder, sig, args, 0), _item(context, builder, sig, args, 1, 1),
+                       context.cast(builder, args[3], sig.args[3], types.uint32), _item(context, builder, sig, args, 4)]
+                _ptx(builder, "{ .reg .u64 a, g; .reg .u32 d, m; " + SHARED.format("$0", "d") +
+                     " cvta.to.global.u64 g, $1; " + SHARED.format("$3", "m") +
+                     " cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [d], [g], $2, [m]; }",
+                     "l,l,r,l", ops)
+            return context.get_dummy_value()
+        return types.void(sX, Xt, row, nbytes, mbar), codegen
+
+    @intrinsic
+    def copy_fence(typingctx):
+        """Order this thread's writes to shared memory before the copy engine's (PTX fence.proxy.async): after the
+        zeros of start_copies, before the copies that land on them."""
+        def codegen(context, builder, sig, args):
+            if has_copy_engine():
+                _ptx(builder, "fence.proxy.async.shared::cta;", "", [])
+            return context.get_dummy_value()
+        return types.void(), codegen
+
+    @intrinsic
+    def copy_done(typingctx, mbar, parity):
+        """1 when mbar[0] has completed its phase of parity `parity` (0, 1, 0, ...): all its bytes landed, and they
+        are visible to this thread; else 0 (PTX mbarrier.try_wait.parity, which waits a while itself)."""
+        def codegen(context, builder, sig, args):
+            if not has_copy_engine():
+                return context.get_constant(types.uint32, 1)
+            return _ptx(builder, "{ .reg .u64 a; .reg .u32 m; .reg .pred p; " + SHARED.format("$1", "m") +
+                        " mbarrier.try_wait.parity.shared::cta.b64 p, [m], $2; selp.u32 $0, 1, 0, p; }", "=r,l,r",
+                        [_item(context, builder, sig, args, 0), context.cast(builder, args[1], sig.args[1], types.uint32)],
+                        ir.IntType(32))
+        return types.uint32(mbar, parity), codegen
 
     @cuda.jit(device=True, inline=True)
     def grid_barrier(grid, bar):
@@ -212,6 +296,40 @@ def stage_x(X, perm, base, B, k0, sX):
                 if r < MAX_BATCH and kk < XS:
                     sX[r * XS + kk] = x[4 * p + q]
         r0 += 4 * warps
+    if cuda.threadIdx.x < X_CELLS - MAX_BATCH * XS:
+        sX[MAX_BATCH * XS + cuda.threadIdx.x] = float32(0.0)     # the zeros past the last row
+
+
+@cuda.jit(device=True)
+def copy_x(Xt, row, B, sX, mbar):
+    """The copy engine's stage_x: thread 0 tells mbar the bytes to expect and starts ONE copy, of Xt[row:row + B]
+    (a batch's tile: B x TK floats in a row of memory) into sX[:B], and goes on at once. The rows past the batch
+    keep the zeros of start_copies."""
+    if cuda.threadIdx.x == 0:
+        copy_expect(mbar, B * TK * 4)
+        copy_tile(sX, Xt, row, B * TK * 4, mbar)
+
+
+@cuda.jit(device=True)
+def wait_x(mbar, parity):
+    """Every thread waits until the copy of mbar's phase `parity` has landed in shared memory."""
+    while copy_done(mbar, parity) == 0:
+        pass
+
+
+@cuda.jit(device=True)
+def start_copies(Xt, row, B, sX, mbar):
+    """At the start of a launch: sX := zeros, mbar := a new mbarrier, then the copy of the first batch's tile
+    starts (phase 0 of mbar). Every thread of the block must call it."""
+    v = cuda.threadIdx.x
+    while v < X_CELLS:
+        sX[v] = float32(0.0)
+        v += cuda.blockDim.x
+    if cuda.threadIdx.x == 0:
+        copy_init(mbar)
+        copy_fence()                             # the zeros before the copy engine's writes
+    cuda.syncthreads()
+    copy_x(Xt, row, B, sX, mbar)
 
 
 @cuda.jit(device=True)
@@ -230,13 +348,15 @@ def stage_w(W1, k0, j0, sW):
 def forward_partials(sX, sW, sP):
     """sP[seg, r, jj] = sum over kk = seg, seg + SEGS, ... of sX[r, kk] sW[kk, jj]. Thread u = (seg, half, rp)
     sums rows rp and rp + 32 x units 4 half .. 4 half + 3: 8 accumulators, 6 loads per 8 multiply-adds (register
-    blocking, as in matmul v3), unsigned indices, a loop of constant length."""
+    blocking, as in matmul v3), unsigned indices, a loop of constant length. A warp reads 8 rows at 4 inputs: as
+    XS = 4 (mod 32), the 32 cells sit in 32 different banks."""
     acc = cuda.local.array(8, float32)
     u = cuda.threadIdx.x
     while u < SEGS * 64:
-        seg = uint64(u // 64)
-        half = uint64((u // 32) % 2)
-        rp = uint64(u % 32)
+        lane, w = uint64(u % 32), uint64(u // 32)
+        seg = (lane & uint64(3)) + uint64(4) * (w & uint64(1))     # a warp: 4 inputs x 8 rows, in 32 banks
+        rp = (lane >> uint64(2)) + uint64(8) * ((w >> uint64(1)) & uint64(3))
+        half = w >> uint64(3)
         for q in range(8):
             acc[q] = float32(0.0)
         ix = rp * XS_U + seg                     # sX[rp, seg]
@@ -276,9 +396,10 @@ def add_partials(sP, B, j0, Z):
 
 
 @cuda.jit(device=True)
-def phase_a(X, perm, base, W1, Z, sX, sW, sP, origin, fresh_w, T, i):
+def phase_a(X, perm, base, W1, Z, sX, sW, sP, origin, fresh_w, mbar, copies, T, i):
     """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is staged when
-    `fresh_w` (else sW holds it, as phase C left it); origin: tile_origin of the block's first tile. Every thread
+    `fresh_w` (else sW holds it, as phase C left it); origin: tile_origin of the block's first tile. X[batch, tile]
+    is staged, or when `copies` (one tile per block) waits for the copy engine: mbar's phase i % 2. Every thread
     of the block must call it."""
     B = Z.shape[0]
     K, hidden = W1.shape
@@ -288,7 +409,10 @@ def phase_a(X, perm, base, W1, Z, sX, sW, sP, origin, fresh_w, T, i):
     while tile < ntiles:
         if fresh_w:
             stage_w(W1, k0, j0, sW)
-        stage_x(X, perm, base, B, k0, sX)
+        if copies:
+            wait_x(mbar, i % 2)
+        else:
+            stage_x(X, perm, base, B, k0, sX)
         cuda.syncthreads()
         stamp(T, i, 6)
         forward_partials(sX, sW, sP)
@@ -402,22 +526,38 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
 
 
 @cuda.jit(device=True)
-def phase_b(y, perm, base, X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
-    """Backward: one batch row per block at a time; the blocks without a row ask the L2 cache for the next batch's
-    rows of X (a 128-byte line per thread), so that phase C finds them there. Every thread must call it."""
+def phase_b(y, perm, base, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
+    """Backward: one batch row per block at a time. Every thread must call it."""
     B = H.shape[0]
-    K = X.shape[1]
     r = cuda.blockIdx.x
     while r < B:
         row_backward(r, y[perm[base + r]], Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i)
         r += cuda.gridDim.x
-    if cuda.blockIdx.x >= B and base + 2 * B <= perm.shape[0]:
+
+
+@cuda.jit(device=True)
+def prefetch_next(X, perm, base, B, Xt):
+    """The blocks without a batch row (during phase B) ask the L2 cache for the next batch's X: its rows of X, or
+    when Xt has rows, its tiles there (what the copy engine reads): a 128-byte line per thread."""
+    if cuda.blockIdx.x < B or base + 2 * B > perm.shape[0]:
+        return
+    v = (cuda.blockIdx.x - B) * cuda.blockDim.x + cuda.threadIdx.x
+    stride = (cuda.gridDim.x - B) * cuda.blockDim.x
+    n = perm.shape[0]
+    if Xt.shape[0] > 0:
+        lines = (B * TK + 31) // 32              # a tile of a batch: B x TK floats in a row
+        while v < (Xt.shape[0] // n) * lines:
+            kt = v // lines
+            c = (v - kt * lines) * 32
+            prefetch_l2(Xt, kt * n + base + B + c // TK, c % TK)
+            v += stride
+    else:
+        K = X.shape[1]
         lines = (K + 31) // 32 + 1               # 128-byte lines of a row of X (one more when unaligned)
-        v = (cuda.blockIdx.x - B) * cuda.blockDim.x + cuda.threadIdx.x
         while v < B * lines:
             rr = v // lines
             prefetch_l2(X, perm[base + B + rr], min((v - rr * lines) * 32, K - 1))
-            v += (cuda.gridDim.x - B) * cuda.blockDim.x
+            v += stride
 
 
 # %% notebooks/08_performance.ipynb cell cf2
@@ -656,10 +796,11 @@ def load_dh(dH, j0, d):
 
 
 @cuda.jit(device=True)
-def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, T, i):
+def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar, copies, T, i):
     """Update W1, every tile of this block: dW1[tile] = X[batch, tile]^T dH[:, tile], W1[tile] -= lr dW1[tile].
     X[batch, tile] and the tile of W1 are staged again unless `kept` (a block that owns one tile still holds both
-    from phase A). Every thread of the block must call it."""
+    from phase A). `copies`: once the sums have read sX, the copy engine brings the next batch's tile from Xt into
+    it, for the next phase A. Every thread of the block must call it."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = dH.shape
     K = W1.shape[0]
@@ -684,7 +825,10 @@ def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, T, i):
             stage_w(W1, k0, j0, sW)
         cuda.syncthreads()
         stamp(T, i, 12)
-        tile_grads(sX, sdH, sP)
+        tile_grads(sX, sdH, sP)                  # ends with a block barrier: no thread reads sX any more
+        stamp(T, i, 15)
+        if copies:
+            copy_x(Xt, (k0 // TK) * perm.shape[0] + base + B, B, sX, mbar)
         stamp(T, i, 13)
         update_tile(lr, W1, k0, j0, sW, sP)
         stamp(T, i, 14)
@@ -693,20 +837,37 @@ def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, T, i):
 
 
 # %% notebooks/08_performance.ipynb cell c047
+@cuda.jit
+def tile_rows_kernel(X, perm, Xt):
+    """Xt[kt n + i, kk] = X[perm[i], kt TK + kk], zeros past the inputs (n = len(perm)): for each tile of inputs
+    kt, the epoch's rows of X in batch order, one after another, so that a batch's tile is ONE run of memory."""
+    n, K = perm.shape[0], X.shape[1]
+    v = cuda.grid(1)
+    if v < Xt.shape[0] * TK:
+        r = v // TK                              # the row of Xt: tile kt, batch row i of the epoch
+        kk = v - r * TK
+        kt = r // n
+        k = kt * TK + kk
+        Xt[r, kk] = X[perm[r - kt * n], k] if k < K else float32(0.0)
+
+
 @cuda.jit(**_JIT)
 def forward_kernel(X, perm, step, W1, Z, T):
     """Phase A of step `step` as its own launch (any grid: blocks stride over the tiles)."""
     sX = cuda.shared.array(X_CELLS, float32)
     sW = cuda.shared.array(W_CELLS, float32)
     sP = cuda.shared.array(P_CELLS, float32)
-    phase_a(X, perm, step * Z.shape[0], W1, Z, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]), True, T, 0)
+    mbar = cuda.shared.array(1, uint64)          # unused: no copy engine here
+    phase_a(X, perm, step * Z.shape[0], W1, Z, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]), True, mbar,
+            False, T, 0)
 
 
 @cuda.jit(**_JIT)
 def backward_kernel(y, perm, step, X, b1, W2, b2, Z, H, dZ2, dH, losses, T):
     """Phase B of step `step` as its own launch (any grid: blocks stride over the batch rows)."""
     sP = cuda.shared.array(P_CELLS, float32)
-    phase_b(y, perm, step * H.shape[0], X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, 0)
+    phase_b(y, perm, step * H.shape[0], Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, 0)
+    prefetch_next(X, perm, step * H.shape[0], H.shape[0], X[:0])
 
 
 @cuda.jit(**_JIT)
@@ -717,20 +878,24 @@ def update_kernel(X, perm, step, lr, W1, b1, W2, b2, H, dZ2, dH, T):
     sW = cuda.shared.array(W_CELLS, float32)
     sP = cuda.shared.array(P_CELLS, float32)
     sdH = cuda.shared.array(DH_CELLS, float32)
+    mbar = cuda.shared.array(1, uint64)          # unused: no copy engine here
     update_units(lr, H, dZ2, dH, W2, b1, b2, sP)
     phase_c(X, perm, step * H.shape[0], lr, W1, dH, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
-            False, T, 0)
+            False, X, mbar, False, T, 0)
 
 
 @cuda.jit(**_JIT)
-def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2, dH, losses, T, bar):
+def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2, dH, losses, T, bar, Xt):
     """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, grid-wide
     barriers after A and after B. Correct for any grid that is co-resident (a cooperative launch checks that).
     The small layer of step i (W2, b1, b2) is updated before barrier 1 of step i + 1 (only phase B reads it): by
     the blocks without a tile while the others do phases C and A, or by every block after its phase A; the last
     step's after the loop. T: the clocks, (steps recorded, blocks, NPOINTS), or (0, 1, NPOINTS) for none. bar:
-    grid_barrier's count (uint64, a multiple of gridDim before the launch: every launch adds 2 nsteps gridDim)."""
-    sX = cuda.shared.array(X_CELLS, float32)
+    grid_barrier's count (uint64, a multiple of gridDim before the launch: every launch adds 2 nsteps gridDim).
+    Xt: X tiled for the copy engine (tile_rows_kernel), or no rows: when every block has a tile and Xt has rows,
+    the copy engine brings each batch's X[batch, tile] from there during the step before's phase C."""
+    sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
+    mbar = cuda.shared.array(1, uint64)          # the copy engine's count of the bytes landed
     sW = cuda.shared.array(W_CELLS, float32)
     sP = cuda.shared.array(P_CELLS, float32)     # partial sums; a row's logits in phase B
     sdH = cuda.shared.array(DH_CELLS, float32)
@@ -741,10 +906,13 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     origin = tile_origin(cuda.blockIdx.x, W1.shape[1])   # (k0, j0) of the block's first tile, computed once
     spare = (cuda.gridDim.x >= ntiles + (W1.shape[1] + UJ - 1) // UJ    # blocks with no tile: the small layer,
              and cuda.blockDim.x >= UJ * (W2.shape[1] + 1) + W2.shape[1])  # a thread per parameter
+    copies = Xt.shape[0] > 0 and kept and cuda.blockIdx.x < ntiles
+    if copies:                                   # the first batch's X[batch, tile]
+        start_copies(Xt, (origin[0] // TK) * perm.shape[0] + step0 * B, B, sX, mbar)
     for i in range(nsteps):
         step = step0 + i
         stamp(T, i, 0)
-        phase_a(X, perm, step * B, W1, Z, sX, sW, sP, origin, not kept or i == 0, T, i)
+        phase_a(X, perm, step * B, W1, Z, sX, sW, sP, origin, not kept or i == 0, mbar, copies, T, i)
         if i > 0 and spare:
             update_small(lr, H, dZ2, dH, W2, b1, b2, ntiles, sX)   # the step before's (tile blocks: nothing)
         elif i > 0:
@@ -752,11 +920,13 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
         stamp(T, i, 1)
         grid_barrier(grid, bar)                  # Z is complete, W2, b1 and b2 are updated
         stamp(T, i, 2)
-        phase_b(y, perm, step * B, X, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i)
+        phase_b(y, perm, step * B, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i)
+        prefetch_next(X, perm, step * B, B, Xt)
         stamp(T, i, 3)
         grid_barrier(grid, bar)                  # H, dZ2 and dH are complete, Z is zero again
         stamp(T, i, 4)
-        phase_c(X, perm, step * B, lr, W1, dH, sX, sW, sdH, sP, origin, kept, T, i)
+        phase_c(X, perm, step * B, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar,
+                copies and i + 1 < nsteps, T, i)
         stamp(T, i, 5)
     if spare:
         update_small(lr, H, dZ2, dH, W2, b1, b2, ntiles, sX)
@@ -799,6 +969,8 @@ class FusedTrainer:
         self.dH = cuda.device_array((batch_size, hidden), f32)           # (B, hidden)
         self.no_clocks = cuda.device_array((0, 1, NPOINTS), np.uint64)
         self.bar = cuda.to_device(np.zeros(1, np.uint64))              # grid_barrier's count
+        self.no_tiles = cuda.device_array((0, TK), np.float32)            # Xt without rows: no copy engine
+        self.Xt = None                                                     # X tiled for the copy engine
         self.ntiles = cdiv(K, TK) * cdiv(hidden, TJ)
         self._blocks = blocks
         self.batch_size = batch_size
@@ -836,9 +1008,21 @@ class FusedTrainer:
             update_kernel[grids[2], nt, stream](X_d, perm_d, step, self.lr, W1, b1, W2, b2, self.H, self.dZ2,
                                                 self.dH, T)
 
-    def _args(self, X_d, y_d, perm_d, step0, nsteps, losses, T):
+    def _args(self, X_d, y_d, perm_d, step0, nsteps, losses, T, Xt=None):
         return (X_d, y_d, perm_d, step0, nsteps, self.lr, *self.W, self.Z, self.H, self.dZ2, self.dH, losses, T,
-                self.bar)
+                self.bar, self.no_tiles if Xt is None else Xt)
+
+    def tiled(self, X_d, perm_d):
+        """X's tiles in the epoch's batch order, for the copy engine (fused_steps_kernel's Xt: cdiv(K, TK) x
+        len(perm) rows of TK floats, 192 MB for MNIST), gathered by one launch; no rows where the GPU has no copy
+        engine."""
+        if not has_copy_engine():
+            return self.no_tiles
+        shape = (cdiv(X_d.shape[1], TK) * perm_d.shape[0], TK)
+        if self.Xt is None or self.Xt.shape != shape:
+            self.Xt = cuda.device_array(shape, np.float32)
+        tile_rows_kernel[cdiv(shape[0] * TK, 256), 256](X_d, perm_d, self.Xt)
+        return self.Xt
 
     def launch_step(self, X_d, y_d, idx, loss, stream=0):
         """The launches of ONE step on the batch X_d[idx] (idx: (B,) device array of row numbers) on `stream`, the
@@ -870,9 +1054,10 @@ class FusedTrainer:
                 self.launch_phases(X_d, y_d, perm_d, step, losses)
             return losses
         T = self.no_clocks if clocks is None else clocks
+        Xt = self.tiled(X_d, perm_d)
         chunks = [(s, 1) for s in range(nsteps)] if self.mode == "step" else [(0, nsteps)]
         for step0, n in chunks:
-            args = self._args(X_d, y_d, perm_d, step0, n, losses, T)
+            args = self._args(X_d, y_d, perm_d, step0, n, losses, T, Xt)
             grid = self.grid(args)
             if clocks is not None:
                 require("clocks", clocks, np.uint64, shape=(nsteps, grid, NPOINTS))
@@ -939,7 +1124,8 @@ CLOCK_PARTS = {    # name: (from point, to point, blocks measured); "tiles": blo
     "B: dH": (10, 3, "rows"),
     "barrier 2 (last arrival to first release)": (3, 4, "barrier"),
     "C: dH[:, tile] into shared memory": (4, 12, "tiles"),
-    "C: the sums dW1 = X^T dH": (12, 13, "tiles"),
+    "C: the sums dW1 = X^T dH": (12, 15, "tiles"),
+    "C: the next batch's X[batch, tile] asked of the copy engine": (15, 13, "tiles"),
     "C: W1 updated": (13, 14, "tiles"),
 }
 

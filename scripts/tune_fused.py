@@ -3,9 +3,10 @@ steps), ms per epoch of the epoch kernel, where each microsecond of a step goes 
 course.fused.clock_report), and the test accuracy after 3 epochs against the plain loop. The figures of
 notebooks/results/fused-h200.json come from this script.
 
-Usage: python scripts/tune_fused.py [--quick] [--small-x=N] [NAME=VALUE ...]
+Usage: python scripts/tune_fused.py [--quick] [--small-x=N] [--no-copies] [NAME=VALUE ...]
   --quick: no accuracy run; --small-x=N: every batch drawn from the first N rows of X (timing only: does the
-  memory behind X matter?); NAME=VALUE sets a constant of course.fused before anything compiles, e.g. THREADS=256."""
+  memory behind X matter?); --no-copies: the threads stage X, as on a GPU without a copy engine; NAME=VALUE sets a
+  constant of course.fused before anything compiles, e.g. THREADS=256."""
 import sys
 import time
 
@@ -19,10 +20,13 @@ for arg in sys.argv[1:]:
     if "=" in arg and not arg.startswith("--"):
         name, value = arg.split("=")
         setattr(fused, name, int(value))
+if "--no-copies" in sys.argv:
+    fused.FusedTrainer.tiled = lambda self, X_d, perm_d: self.no_tiles
 from course.data import load_mnist  # noqa: E402
 from course.train import fit, init_params  # noqa: E402
 
-print("course.fused on", cuda.get_current_device().name)
+print("course.fused on", cuda.get_current_device().name, "copy engine:", fused.has_copy_engine()
+      and "--no-copies" not in sys.argv)
 X, y, Xt, yt = load_mnist()
 X_d, y_d = cuda.to_device(X), cuda.to_device(y)
 B, HIDDEN, LR = 64, 128, 0.1

@@ -174,6 +174,8 @@ import sys, numba.cuda.dispatcher as dispatcher
 class _NoDevice:
     compute_capability = (9, 0)
 dispatcher.get_current_device = _NoDevice
+import numba.cuda
+numba.cuda.get_current_device = _NoDevice    # the copy engine's PTX too (course.fused.has_copy_engine)
 import importlib, course
 from numba import cuda, types
 from course.tools.signatures import all_signatures

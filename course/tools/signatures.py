@@ -72,7 +72,7 @@ _FWD = f"{_M2}, {_I}, int64, {_M2}, {_M2}, {_T}"
 _BWD = f"{{y}}, {_I}, int64, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_M2}, {_V}, {_T}"
 _UPD = f"{_M2}, {_I}, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_T}"
 _STEPS = (f"{_M2}, {{y}}, {_I}, int64, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_M2}, {_V}, "
-          f"{_T}, uint64[::1]")
+          f"{_T}, uint64[::1], float32[:, ::1]")
 PERF = {  # every kernel of notebook 08 (course.perf, course.graphs, course.fused), as launchers and checks call it
     "course.perf:empty1_kernel": [_V],
     "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
