@@ -104,6 +104,7 @@ if course.SIMULATOR:
 
     copy_expect = copy_tile = copy_done = copy_fence = copy_init
 
+    @cuda.jit(device=True)
     def shfl_xor(scr, v, m):
         """The simulator has no shuffles: the exchange goes through shared memory scr (a cell per thread), so
         every thread of the block must call it."""
@@ -130,6 +131,8 @@ else:
         """Call the PTX `text` on operands ops ($0, $1, ... in text; the result first, when there is one)."""
         asm = ir.InlineAsm(ir.FunctionType(ret, [o.type for o in ops]), text, constraints, side_effect=True)
         return builder.call(asm, ops)
+
+    SHARED = "cvta.to.shared.u64 a, {}; cvt.u32.u64 {}, a;"   # a generic address -> a 32-bit shared-memory one
 
     @intrinsic
     def globaltimer(typingctx):
@@ -171,8 +174,6 @@ else:
             return cuda.get_current_device().compute_capability >= (9, 0)
         except cuda.CudaSupportError:
             return False
-
-    SHARED = "cvta.to.shared.u64 a, {}; cvt.u32.u64 {}, a;"   # a generic address -> a 32-bit shared-memory one
 
     @intrinsic
     def copy_init(typingctx, mbar):
@@ -365,7 +366,7 @@ def forward_partials(sX, sW, sP):
             x0 = sX[ix]
             x1 = sX[ix + uint64(32 * XS)]        # row rp + 32
             for q in range(4):
-                w = sW[iw + uint64(q)]           # the same cell for the whole warp: one broadcast
+                w = sW[iw + uint64(q)]           # 4 cells for the warp (its 4 inputs), in 4 banks
                 acc[q] += x0 * w
                 acc[4 + q] += x1 * w
             ix += uint64(SEGS)
@@ -989,11 +990,21 @@ class FusedTrainer:
             return self._blocks
         if course.SIMULATOR:
             return 1
-        argtypes = tuple(fused_steps_kernel.typeof_pyval(a) for a in args)
-        kernel = fused_steps_kernel.compile(argtypes)    # compiled once per signature, then looked up
+        argtypes = tuple(self.kernel.typeof_pyval(a) for a in args)
+        kernel = self.kernel.compile(argtypes)           # compiled once per signature, then looked up
         want = max(self.ntiles + cdiv(self.W[0].shape[1], UJ), self.batch_size, self.W[0].shape[1] + 1)
         self._blocks = min(want, kernel.max_cooperative_grid_blocks(self.threads))
         return self._blocks
+
+    @property
+    def kernel(self):
+        """The cooperative kernel (a trainer in scripts/ may bring another)."""
+        return fused_steps_kernel
+
+    @property
+    def clock_parts(self):
+        """The parts of a step that clock_report measures in this trainer's kernel."""
+        return CLOCK_PARTS
 
     def launch_phases(self, X_d, y_d, perm_d, step, losses, stream=0, phases=(1, 2, 3)):
         """The plain launches of step `step` (mode "phases"): phase A, B and C (1, 2, 3), or those in `phases`."""
@@ -1032,7 +1043,7 @@ class FusedTrainer:
             self.launch_phases(X_d, y_d, idx, 0, loss, stream)
         else:
             args = self._args(X_d, y_d, idx, 0, 1, loss, self.no_clocks)
-            fused_steps_kernel[self.grid(args), self.threads, stream](*args)
+            self.kernel[self.grid(args), self.threads, stream](*args)
 
     def epoch(self, X_d, y_d, perm_d, losses, clocks=None):
         """Train one epoch over the batches perm_d[k*B:(k+1)*B]; losses[k] (a zeroed-here float32 device array of
@@ -1061,7 +1072,7 @@ class FusedTrainer:
             grid = self.grid(args)
             if clocks is not None:
                 require("clocks", clocks, np.uint64, shape=(nsteps, grid, NPOINTS))
-            fused_steps_kernel[grid, self.threads](*args)
+            self.kernel[grid, self.threads](*args)
         return losses
 
     def timed_epoch(self, X_d, y_d, perm_d, losses):
@@ -1130,17 +1141,17 @@ CLOCK_PARTS = {    # name: (from point, to point, blocks measured); "tiles": blo
 }
 
 
-def clock_report(T, ntiles, batch_size, skip=10):
+def clock_report(T, ntiles, batch_size, skip=10, parts=CLOCK_PARTS):
     """Microseconds of each part of a step from timed_epoch's clocks T (steps, blocks, NPOINTS): for each part the
     slowest block of those doing it, then the median over the steps (the first `skip` and the last left out);
-    "spare": the blocks without a tile, when there are any.
+    "spare": the blocks without a tile, when there are any. parts: {name: (from point, to point, blocks)}.
     A barrier: from the last block's arrival to the first block's release. Also "step": the median time from one
     step's start to the next. Returns {part: µs}."""
     T = T[skip:-1] if len(T) > skip + 2 else T
     blocks = {"tiles": slice(0, min(ntiles, T.shape[1])), "rows": slice(0, min(batch_size, T.shape[1])),
               "spare": slice(ntiles, T.shape[1])}
     out = {}
-    for name, (a, b, who) in CLOCK_PARTS.items():
+    for name, (a, b, who) in parts.items():
         if who == "spare" and T.shape[1] <= ntiles:
             continue                             # no block without a tile
         if who == "barrier":
