@@ -937,7 +937,8 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
 
 # %% notebooks/08_performance.ipynb cell c048
 MODES = ("phases", "step", "epoch")  # 3 launches per step, 1 cooperative launch per step, 1 per epoch
-LAUNCHES_PER_STEP = {"phases": 3, "step": 1, "epoch": 0}  # plus one launch per epoch that zeroes the losses
+LAUNCHES_PER_STEP = {"phases": 3, "step": 1, "epoch": 0}  # plus one per epoch that zeroes the losses (and one
+# that tiles X for the copy engine, in modes "step" and "epoch")
 
 
 class FusedTrainer:

@@ -281,7 +281,7 @@ PLAIN_MS_08 = Out("08", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
 from course.fused import CLOCK_PARTS  # noqa: E402
 CLOCK = lambda part: Out("08", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
 SPARE_US = CLOCK(r"the step before's W2, b1, b2 in the spare blocks \(off the path: from C to barrier 1\)")
-FINAL = "versions[epoch_ms=13.64]"    # course.fused now: its row of fused-h200.json
+FINAL = "versions[epoch_ms=12.22]"    # course.fused now: its row of fused-h200.json
 MB_IMAGES = 60000 * 784 * 4
 STEPS = 60000 // 64
 PARAMS = 784 * 128 + 128 + 128 * 10 + 10
@@ -410,7 +410,7 @@ FIGURES = [
     Fig("08", "cg10", r"a step is some (\d+) dependent parts", calc(lambda: sum(who != "spare" for _, _, who in CLOCK_PARTS.values()), why="course.fused.CLOCK_PARTS on the path")),
     Fig("08", "c062", r"an L2 hit alone is about (\d+) ns", Json(FUSED, "latency_probe.l2_hit_ns")),
     Fig("08", "c062", r"a trip to DRAM about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
-    Fig("08", "c062", r"staging X \(16 loads a thread\) takes about ([\d.]+) µs", Out("08", "ck3", r"A: X\[batch, tile\] into shared memory\s+([\d.]+) µs")),
+    Fig("08", "c062", r"phase A's sums \(104 multiply-adds a thread\) take about ([\d.]+) µs", Out("08", "ck3", r"A: the partial sums X W1\s+([\d.]+) µs")),
     Fig("08", "c062", r"small part of a (\d+) µs step", LADDER("fused epoch (1/epoch)")),
     Fig("08", "c062", r"by a launch \(~(\d+) µs\)", LAUNCH_3),
     Fig("08", "c062", r"works it out: (25) %\)", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
@@ -450,7 +450,8 @@ FIGURES = [
     Fig("08", "cg10", r"([\d.]+) µs for a row of phase B", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
         r"B: H\[r\], the logits' sums in each warp", "B: softmax, dZ2", "B: dH")), why="phase B's parts, summed")),
     Fig("08", "cg10", r"([\d.]+) µs for phase C", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
-        r"C: dH\[:, tile\] into shared memory", "C: the sums dW1 = X\\^T dH", "C: W1 updated")),
+        r"C: dH\[:, tile\] into shared memory", "C: the sums dW1 = X\\^T dH",
+        r"C: the next batch's X\[batch, tile\] asked of the copy engine", "C: W1 updated")),
         why="phase C's parts, summed")),
     Fig("08", "cg10", r"\(about ([\d.]+) µs for the first\)", CLOCK(r"barrier 1 \(last arrival to first release\)")),
     Fig("08", "cg10", r"and about (\d+) µs per step\s+in all", CLOCK("step")),
@@ -466,7 +467,14 @@ FIGURES = [
     Fig("08", "c038", r"µs a barrier, [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=14.38].epoch_ms")),
     Fig("08", "c038", r"in about ([\d.]+) µs, while the tile", SPARE_US),
     Fig("08", "c038", r"phases C and A:\s+([\d.]+) →", Json(FUSED, "versions[epoch_ms=14.38].epoch_ms")),
-    Fig("08", "c038", r"phases C and A:\s+[\d.]+ → ([\d.]+) ms", Json(FUSED, FINAL + ".epoch_ms")),
+    Fig("08", "c038", r"phases C and A:\s+[\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=13.64].epoch_ms")),
+    Fig("08", "c038", r"its store,\s+([\d.]+) µs at the head", Json(FUSED, "versions[epoch_ms=13.64].clocks_us.a_x")),
+    Fig("08", "c038", r"the 64 copies took ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=12.76].clocks_us.c_copies_issued")),
+    Fig("08", "c038", r"from lane 0 of each warp, ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=12.06].clocks_us.c_copies_issued")),
+    Fig("08", "c038", r"Staging X ([\d.]+) →", Json(FUSED, FINAL + ".without_copies_clocks_us.a_x")),
+    Fig("08", "c038", r"Staging X [\d.]+ → ([\d.]+) µs", Json(FUSED, FINAL + ".clocks_us.a_x")),
+    Fig("08", "c038", r"the wait\), ([\d.]+) →", Json(FUSED, FINAL + ".without_copies_ms")),
+    Fig("08", "c038", r"the wait\), [\d.]+ → ([\d.]+) ms", Json(FUSED, FINAL + ".epoch_ms")),
     Fig("08", "cf1", r"Its ([\d.]+) µs overlap", SPARE_US),
     Fig("08", "cg10", r"cut A's staging to ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=16.17].clocks_us.a_x")),
     Fig("08", "cg10", r"6,272 copies took ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=16.17].issue_us")),
@@ -477,6 +485,14 @@ FIGURES = [
     Fig("08", "cg10", r"at its spill \(([\d.]+) µs a step\)", Json(FUSED, "versions[epoch_ms=20.75].step_us")),
     Fig("08", "c044", r"does it in (16), a", calc(lambda: 8 + 4 + 2 + 1 + 1, why="halvings of 8, 4, 2, 1 values, then one exchange")),
     Fig("08", "cg10", r"runs at ([\d.]+) ms an epoch: 64 rows", Json(FUSED, "versions[epoch_ms=28.61].epoch_ms")),
+    Fig("08", "cg10", r"fused_column.py.*?and ran at ([\d.]+) ms an epoch", Json(FUSED, "versions[epoch_ms=14.37].epoch_ms")),
+    Fig("08", "cg10", r"small layer took\s+([\d.]+) µs in every block", calc(lambda *v: sum(v), *(Json(FUSED,
+        f"versions[epoch_ms=14.37].clocks_us.{k}") for k in ("c_softmax", "c_dh", "c_small_layer")),
+        why="the column kernel's softmax, dH and small layer")),
+    Fig("08", "cg10", r"Z stored\s+instead of added atomically \(phase B then loads 8 shares a unit: ([\d.]+) ms\)",
+        Json(FUSED, "versions[epoch_ms=13.2].epoch_ms")),
+    Fig("08", "cg10", r"at (13) µs a step it is", CLOCK("step"), tol=0.1),
+    Fig("08", "cg10", r"and (10) ms an epoch\.", calc(lambda: 10, why="issue 13's goal, not a measurement")),
     Fig("08", "cg10", r"on shared memory \(([\d.]+) µs a step\)", Json(FUSED, "versions[epoch_ms=28.61].clocks_us.b_logits")),
     Fig("08", "cg10", r"way of\s+~(10) ms an epoch", calc(lambda: 10, why="issue 13's goal, not a measurement")),
     Fig("08", "c062", r"and ([\d.]+)× faster than PyTorch with the whole step", calc(lambda g, f: g / f,

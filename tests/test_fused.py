@@ -95,6 +95,39 @@ def test_epoch_kernel_on_a_gpu_matches_the_numpy_twin(data, blocks):
     assert (t._blocks > t.ntiles + 1) == (blocks is None)
 
 
+@pytest.mark.skipif(course.SIMULATOR, reason="the copy engine is a GPU's")
+@pytest.mark.parametrize("batch,hidden", [(64, 128), (37, 24)])
+def test_the_copy_engine_brings_every_tile_of_x(batch, hidden):
+    """784 inputs (tiles of 100: the last 84 wide, its other 16 columns zeros), a block per tile and more: the
+    epoch kernel with X tiled for the copy engine (tile_rows_kernel) matches the twin, and so does the same
+    trainer with the threads staging X; a batch of 37 leaves 27 rows of sX at their zeros."""
+    from numba import cuda
+
+    from course.fused import TK, has_copy_engine
+    X, y, _, _ = load_mnist(None)
+    X, y = X[:batch * 5 + 3], y[:batch * 5 + 3]
+    perm = np.random.default_rng(5).permutation(len(X))[:batch * 5]
+    X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
+    start = init_params(hidden, SEED).to_host()
+    for copies in (True, False):
+        params = init_params(hidden, SEED)
+        t = FusedTrainer(params, batch, LR, mode="epoch")
+        if not copies:
+            t.tiled = lambda X_d, perm_d: t.no_tiles
+        losses = t.epoch(X_d, y_d, perm_d, cuda.device_array(5, np.float32)).copy_to_host()
+        want_losses, want = sgd_epoch_ref(X, y, perm, start, batch, LR)
+        np.testing.assert_allclose(losses, want_losses, atol=1e-5, rtol=0)
+        got = params.to_host()
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=0, err_msg=name)
+        if copies:
+            assert has_copy_engine() == (t.Xt is not None)
+            if t.Xt is not None:                 # the last tile's rows: 84 inputs, then zeros
+                Xt = t.Xt.copy_to_host().reshape(8, len(perm), TK)
+                np.testing.assert_array_equal(Xt[7, :, :84], X[perm, 700:])
+                assert not np.any(Xt[7, :, 84:])
+
+
 def test_arguments_are_checked(data):
     from numba import cuda
     params = init_params(HIDDEN, SEED, n_in=49)

@@ -90,7 +90,8 @@ def bench_fused(data, cfg, mode):
     what = {"epoch": "one cooperative launch per epoch", "step": "one cooperative launch per step",
             "phases": "three plain launches per step (forward, backward, update)"}[mode]
     return dict(row, launches_per_step=LAUNCHES_PER_STEP[mode] + 1 / steps,
-                note=f"course.fused mode={mode!r}: {what}; plus one launch per epoch that zeroes the losses")
+                note=f"course.fused mode={mode!r}: {what}; plus one launch per epoch that zeroes the losses"
+                     + ("" if mode == "phases" else " and, on a GPU with a copy engine, one that tiles X"))
 
 
 def _skipped(note):
