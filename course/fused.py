@@ -4,10 +4,13 @@
 # %% notebooks/08_performance.ipynb cell c039
 """The fused training loop (notebook 08): a whole SGD step of the 784-H-10 MLP in three phases spread over every SM,
 run as three launches per step, as ONE cooperative launch per step, or as ONE cooperative launch per EPOCH with
-two grid-wide barriers a step. Block b OWNS tile b of W1 (TK inputs x TJ hidden units: 98 x 8, so 8 x 16 = 128
-tiles for 784-128) and, when it owns one tile, keeps it in shared memory for the whole launch.
+two grid-wide barriers a step. Block b OWNS tile b of W1 (TK inputs x TJ hidden units: 100 x 8, the last row of
+tiles 84 x 8, so 8 x 16 = 128 tiles for 784-128) and, when it owns one tile, keeps it in shared memory for the
+whole launch.
 
-Phase A, forward, per tile: the batch's TK inputs X[batch, tile] and the tile of W1 in shared memory; each thread
+Phase A, forward, per tile: the batch's TK inputs X[batch, tile] and the tile of W1 in shared memory (X's tile
+brought by the copy engine during the step before, on a GPU that has one and when the block keeps its tile: one
+copy from X laid out by tiles in the epoch's batch order, tile_rows_kernel; else staged by the threads); each thread
 sums a 2-row x 4-unit block of X W1 over 1/SEGS of the inputs; the shares are added in shared memory and then,
 atomically, into Z (the pre-activations, (B, hidden), zero before the step): 8 tiles add into each cell. The small
 layer of the step before (W2, b1, b2), which phase A does not read: when the grid has blocks without a tile (4 of
@@ -16,10 +19,11 @@ else every block updates a hidden unit after its phase A.
 -- grid barrier: Z is complete, W2, b1, b2 are updated --
 Phase B, backward, per batch row r, a hidden unit per thread: H[r] = ReLU(Z[r] + b1) (Z[r] zeroed again), the
 logits (warp shuffles add a warp's units), the softmax, the loss, dZ2[r] = (P - onehot) / B and dH[r] =
-(dZ2[r] W2^T) * [H[r] > 0]. The blocks without a row ask the L2 cache for the next batch's rows of X.
+(dZ2[r] W2^T) * [H[r] > 0]. The blocks without a row ask the L2 cache for the next batch's X.
 -- grid barrier: dZ2, dH, H are complete --
 Phase C, update W1: per tile dW1[tile] = X[batch, tile]^T dH[:, tile] (the X still in shared memory from phase A)
-and W1[tile] -= lr dW1. This step's small layer is updated before the next barrier 1 (or at the end of the launch).
+and W1[tile] -= lr dW1; between the two, the copy engine starts on the next batch's tile (the sums have read this
+one). This step's small layer is updated before the next barrier 1 (or at the end of the launch).
 No barrier after C: the next phase A reads only the block's own tile of W1, and Z, which phase B zeroed.
 The grid barriers are hand-written (grid_barrier: one atomic count, a spinning load with acquire semantics);
 the launch stays cooperative, so that the GPU checks every block is resident."""
@@ -47,7 +51,7 @@ SEGS_C = 4         # phase C: shares of the batch rows (SEGS_C x 128 threads)
 KP = 64            # phase C: a thread's inputs are kk and kk + KP
 P_CELLS = 4096     # shared partial sums: SEGS x MAX_BATCH x TJ (A), SEGS_C x 2 KP x TJ (C); the warps' logits (B)
 NC_PAD = 16        # classes padded: at most 15 outputs
-X_CELLS = MAX_BATCH * XS + 4   # and 4 zeros: row 63's inputs TK .. TKP - 1 (47,376 bytes in all, of 49,152)
+X_CELLS = MAX_BATCH * XS + 4   # and 4 zeros: row 63's inputs TK .. TKP - 1 (47,384 bytes in all, of 49,152)
 W_CELLS = TKP * TJ
 DH_CELLS = MAX_BATCH * TJ
 DH_PER = 2         # phase C: cells of dH[:, tile] a thread loads early (the rest, in small blocks, later)
