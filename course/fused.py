@@ -51,8 +51,13 @@ SEGS_C = 4         # phase C: shares of the batch rows (SEGS_C x 128 threads)
 KP = 64            # phase C: a thread's inputs are kk and kk + KP
 P_CELLS = 4096     # shared partial sums: SEGS x MAX_BATCH x TJ (A), SEGS_C x 2 KP x TJ (C); the warps' logits (B)
 NC_PAD = 16        # classes padded: at most 15 outputs
-X_CELLS = MAX_BATCH * XS + 4   # and 4 zeros: row 63's inputs TK .. TKP - 1 (47,384 bytes in all, of 49,152)
-W_CELLS = TKP * TJ
+X_CELLS = MAX_BATCH * XS + 4   # and 4 zeros: row 63's inputs TK .. TKP - 1 (47,800 bytes in all, of 49,152)
+CH = 4             # inputs per chunk: a chunk of a row of X, or 4 units of a chunk of W1, is ONE 16-byte load
+NCH = TK // CH     # chunks per tile: 25
+WC = CH * TJ + 4   # cells per chunk of sW: 32 and 4 unused, so that the chunks c .. c + 7 start in 8 different banks
+W_CELLS = (TKP // CH) * WC
+LANES = 8          # phase A: the lanes that split a row pair's chunks; phase C: a chunk's shares of the batch rows
+C_WORK = 13 * 32   # phase C: NCH chunks x 2 halves x LANES lanes = 400 threads: 13 warps
 DH_CELLS = MAX_BATCH * TJ
 DH_PER = 2         # phase C: cells of dH[:, tile] a thread loads early (the rest, in small blocks, later)
 THREADS = 512      # threads per block on a GPU
@@ -63,8 +68,10 @@ NPOINTS = 16       # clock points per step (see CLOCK_PARTS)
 UJ = 32            # the small layer's update by the blocks without a tile: hidden units per block
 SMALL_CELLS = 2 * MAX_BATCH * UJ + MAX_BATCH * NC_PAD   # H, dH columns and dZ2 staged: 5,120 cells (in sX)
 SMALL_PER = 10     # cells a thread loads at once (SMALL_CELLS / THREADS)
+SMALL_ONE = SMALL_CELLS   # sS[SMALL_ONE] = 1: the second factor of the sums of b1 and b2
 
 _JIT = {} if course.SIMULATOR else dict(max_registers=REGS)
+_SIM = course.SIMULATOR   # the simulator's shuffles go through shared memory: every thread must call them
 X_ALIGN = None if course.SIMULATOR else 16   # bytes: where sX starts (the copy engine needs 16)
 
 
@@ -108,6 +115,10 @@ if course.SIMULATOR:
 
     copy_expect = copy_tile = copy_done = copy_fence = copy_init
 
+    def load4(a, i):
+        """a[i], a[i + 1], a[i + 2], a[i + 3]."""
+        return a[i], a[i + 1], a[i + 2], a[i + 3]
+
     @cuda.jit(device=True)
     def shfl_xor(scr, v, m):
         """The simulator has no shuffles: the exchange goes through shared memory scr (a cell per thread), so
@@ -137,6 +148,20 @@ else:
         return builder.call(asm, ops)
 
     SHARED = "cvta.to.shared.u64 a, {}; cvt.u32.u64 {}, a;"   # a generic address -> a 32-bit shared-memory one
+
+    @intrinsic
+    def load4(typingctx, a, i):
+        """a[i], a[i + 1], a[i + 2], a[i + 3] of a shared array in ONE instruction (PTX ld.shared.v4.f32: 16 bytes,
+        i a multiple of 4, the array 16-byte aligned) instead of four."""
+        sig = types.UniTuple(types.float32, 4)(a, i)
+
+        def codegen(context, builder, sig, args):
+            f = ir.FloatType()
+            out = _ptx(builder, "{ .reg .u64 a; .reg .u32 s; " + SHARED.format("$4", "s") +
+                       " ld.shared.v4.f32 {$0, $1, $2, $3}, [s]; }", "=f,=f,=f,=f,l,~{memory}",
+                       [_item(context, builder, sig, args, 0, 1)], ir.LiteralStructType([f, f, f, f]))
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(out, k) for k in range(4)])
+        return sig, codegen
 
     @intrinsic
     def globaltimer(typingctx):
@@ -307,10 +332,10 @@ def stage_x(X, perm, base, B, k0, sX):
 
 @cuda.jit(device=True)
 def copy_x(Xt, row, B, sX, mbar):
-    """The copy engine's stage_x: thread 0 tells mbar the bytes to expect and starts ONE copy, of Xt[row:row + B]
+    """The copy engine's stage_x: the block's last thread tells mbar the bytes to expect and starts ONE copy, of Xt[row:row + B]
     (a batch's tile: B x TK floats in a row of memory) into sX[:B], and goes on at once. The rows past the batch
     keep the zeros of start_copies."""
-    if cuda.threadIdx.x == 0:
+    if cuda.threadIdx.x == cuda.blockDim.x - 1:  # the last warp: in phase C, one with no dW1 block to sum
         copy_expect(mbar, B * TK * 4)
         copy_tile(sX, Xt, row, B * TK * 4, mbar)
 
@@ -330,22 +355,29 @@ def start_copies(Xt, row, B, sX, mbar):
     while v < X_CELLS:
         sX[v] = float32(0.0)
         v += cuda.blockDim.x
+    copy_fence()                                 # this thread's zeros before the copy engine's writes
     if cuda.threadIdx.x == 0:
         copy_init(mbar)
-        copy_fence()                             # the zeros before the copy engine's writes
     cuda.syncthreads()
     copy_x(Xt, row, B, sX, mbar)
 
 
 @cuda.jit(device=True)
+def w_at(kk, jj):
+    """Where the tile's W1[k0 + kk, j0 + jj] sits in sW: chunk kk // CH at WC cells a chunk, rows of TJ units."""
+    return (kk // CH) * WC + (kk % CH) * TJ + jj
+
+
+@cuda.jit(device=True)
 def stage_w(W1, k0, j0, sW):
-    """sW[kk, jj] = W1[k0 + kk, j0 + jj] (TKP x TJ), zeros past the tile and the edges of W1."""
+    """sW[w_at(kk, jj)] = W1[k0 + kk, j0 + jj] (TKP x TJ), zeros past the tile and the edges of W1."""
     K, hidden = W1.shape
     v = cuda.threadIdx.x
     while v < TKP * TJ:
         kk = v // TJ
         jj = v - kk * TJ
-        sW[v] = W1[k0 + kk, j0 + jj] if kk < TK and k0 + kk < K and j0 + jj < hidden else float32(0.0)
+        w = W1[k0 + kk, j0 + jj] if kk < TK and k0 + kk < K and j0 + jj < hidden else float32(0.0)
+        sW[w_at(kk, jj)] = w
         v += cuda.blockDim.x
 
 
@@ -365,7 +397,7 @@ def forward_partials(sX, sW, sP):
         for q in range(8):
             acc[q] = float32(0.0)
         ix = rp * XS_U + seg                     # sX[rp, seg]
-        iw = seg * TJ_U + half * uint64(4)       # sW[seg, 4 half]
+        iw = (seg >> uint64(2)) * uint64(WC) + (seg & uint64(3)) * TJ_U + half * uint64(4)   # w_at(seg, 4 half)
         for _ in range(TKP // SEGS):
             x0 = sX[ix]
             x1 = sX[ix + uint64(32 * XS)]        # row rp + 32
@@ -374,7 +406,7 @@ def forward_partials(sX, sW, sP):
                 acc[q] += x0 * w
                 acc[4 + q] += x1 * w
             ix += uint64(SEGS)
-            iw += uint64(SEGS * TJ)
+            iw += uint64(SEGS // CH * WC)        # input seg + SEGS: SEGS // CH chunks on
         o = (seg * uint64(MAX_BATCH) + rp) * TJ_U + half * uint64(4)
         for q in range(4):
             sP[o + uint64(q)] = acc[q]
@@ -401,6 +433,41 @@ def add_partials(sP, B, j0, Z):
 
 
 @cuda.jit(device=True)
+def forward_tile(sX, sW, B, j0, Z, scr):
+    """Z[r, j0 + jj] += sum over kk of sX[r, kk] sW[kk, jj]: forward_partials and add_partials again, with no
+    shares in shared memory. Thread u = (rp, half, s) sums rows rp and rp + 32 x units 4 half .. 4 half + 3 over
+    the chunks s, s + LANES, ... of CH inputs, each a 16-byte load (2 of X and 4 of W1: 32 multiply-adds); the
+    LANES lanes s of the warp then add up their 8 sums with shuffles (halve), each keeping one, of row
+    rp + 32 (s >> 2) and unit 4 half + s % 4, which it adds into Z, atomically. Every thread must call it."""
+    hidden = Z.shape[1]
+    acc = cuda.local.array(8, float32)           # rows rp, rp + 32 x the 4 units
+    u0 = 0
+    while u0 < 2 * LANES * 32:                   # a pass for every thread (the simulator's shuffles need them all)
+        u = uint64(u0 + cuda.threadIdx.x)
+        s, half, rp = u % uint64(LANES), (u // uint64(LANES)) % uint64(2), u // uint64(2 * LANES)
+        for q in range(8):
+            acc[q] = float32(0.0)
+        for t in range((NCH + LANES - 1) // LANES):
+            c = s + uint64(t * LANES)            # chunks s, s + 8, ...: in 8 banks of X's rows and of sW
+            if c < uint64(NCH):
+                x0 = load4(sX, rp * XS_U + uint64(CH) * c)                   # X[rp, 4c .. 4c + 3]
+                x1 = load4(sX, (rp + uint64(32)) * XS_U + uint64(CH) * c)    # X[rp + 32, ...]
+                for kk in range(CH):
+                    w = load4(sW, c * uint64(WC) + uint64(kk * TJ) + uint64(4) * half)  # W1[4c + kk, 4 half ..]
+                    for q in range(4):
+                        acc[q] += x0[kk] * w[q]
+                        acc[4 + q] += x1[kk] * w[q]
+        halve(acc, 4, 4, scr)                    # lane bit 2: the row
+        halve(acc, 2, 2, scr)                    # bits 1, 0: the unit
+        halve(acc, 1, 1, scr)
+        r = int(rp) + 32 * int(s >> uint64(2))
+        jj = 4 * int(half) + int(s % uint64(4))
+        if r < B and j0 + jj < hidden:
+            cuda.atomic.add(Z, (r, j0 + jj), acc[0])
+        u0 += cuda.blockDim.x
+
+
+@cuda.jit(device=True)
 def phase_a(X, perm, base, W1, Z, sX, sW, sP, origin, fresh_w, mbar, copies, T, i):
     """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is staged when
     `fresh_w` (else sW holds it, as phase C left it); origin: tile_origin of the block's first tile. X[batch, tile]
@@ -420,10 +487,10 @@ def phase_a(X, perm, base, W1, Z, sX, sW, sP, origin, fresh_w, mbar, copies, T, 
             stage_x(X, perm, base, B, k0, sX)
         cuda.syncthreads()
         stamp(T, i, 6)
-        forward_partials(sX, sW, sP)
-        stamp(T, i, 7)
-        add_partials(sP, B, j0, Z)
+        forward_tile(sX, sW, B, j0, Z, sP[P_CELLS - 512:])
         tile += cuda.gridDim.x
+        if tile < ntiles:
+            cuda.syncthreads()                   # sX and sW are read: the next tile may be staged
         k0, j0 = tile_origin(tile, hidden)
     stamp(T, i, 8)
 
@@ -611,11 +678,49 @@ def update_tile(lr, W1, k0, j0, sW, sP):
         for seg in range(SEGS_C):
             g += sP[seg * 2 * KP * TJ + o]
         if k0 + kk < K and j0 + jj < hidden:
-            w = sW[o] - lr * g
-            sW[o] = w
+            w = sW[w_at(kk, jj)] - lr * g
+            sW[w_at(kk, jj)] = w
             W1[k0 + kk, j0 + jj] = w
         o += cuda.blockDim.x
     cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def block_grads(sX, sdH, u, acc):
+    """acc[4 kk + q] = sum over rows r = s, s + LANES, ... of sX[r, 4 c + kk] sdH[r, 4 half + q], u = (c, half,
+    s): a 4 x 4 block of dW1[tile] over 1/LANES of the batch (rows past it are zeros), a row's 4 inputs and 4
+    units in two 16-byte loads for 16 multiply-adds (tile_grads: 6 loads for 8)."""
+    s, half, c = u % uint64(LANES), (u // uint64(LANES)) % uint64(2), min(u // uint64(2 * LANES), uint64(NCH - 1))
+    for q in range(16):
+        acc[q] = float32(0.0)
+    ix = s * XS_U + uint64(CH) * c               # sX[s, 4c]
+    idh = s * TJ_U + uint64(4) * half            # sdH[s, 4 half]
+    for _ in range(MAX_BATCH // LANES):
+        x = load4(sX, ix)
+        d = load4(sdH, idh)
+        for kk in range(CH):
+            for q in range(4):
+                acc[4 * kk + q] += x[kk] * d[q]
+        ix += uint64(LANES * XS)
+        idh += uint64(LANES * TJ)
+
+
+@cuda.jit(device=True)
+def update_cells(lr, W1, k0, j0, sW, u, acc, scr):
+    """The LANES lanes s of a chunk and half add up their blocks (block_grads) with shuffles, each keeping two
+    cells of dW1: input 4 c + (s >> 1), units 4 half + 2 (s % 2) and the next; W1 -= lr dW1 there, and in sW."""
+    K, hidden = W1.shape
+    halve(acc, 8, 4, scr)                        # lane bits 2, 1: the input
+    halve(acc, 4, 2, scr)
+    halve(acc, 2, 1, scr)                        # bit 0: the pair of units
+    s, half, c = int(u % uint64(LANES)), int((u // uint64(LANES)) % uint64(2)), int(u // uint64(2 * LANES))
+    kk = CH * c + (s >> 1)
+    for e in range(2):
+        jj = 4 * half + 2 * (s % 2) + e
+        if c < NCH and k0 + kk < K and j0 + jj < hidden:
+            w = sW[w_at(kk, jj)] - lr * acc[e]
+            sW[w_at(kk, jj)] = w
+            W1[k0 + kk, j0 + jj] = w
 
 
 @cuda.jit(device=True)
@@ -700,71 +805,60 @@ def update_units(lr, H, dZ2, dH, W2, b1, b2, sP):
 @cuda.jit(device=True)
 def stage_small(H, dZ2, dH, j0, sS):
     """sS = H[:, j0:j0 + UJ], dH[:, j0:j0 + UJ] (MAX_BATCH x UJ each), dZ2 (MAX_BATCH x NC_PAD), zeros past the
-    edges: SMALL_PER loads in flight per thread before the first store."""
+    edges, and sS[SMALL_ONE] = 1. Thread o: 4 cells of row o // 8 of H, the same of dH, 2 cells of dZ2: 10 loads
+    in flight, at unsigned indices held inside the arrays (no branch, no wraparound check); then the stores."""
     B, hidden = H.shape
     C = dZ2.shape[1]
     v = cuda.local.array(SMALL_PER, float32)
-    o = cuda.threadIdx.x
-    while o < SMALL_CELLS:
-        for q in range(SMALL_PER):               # constant length: the loads go out together
-            u = o + q * cuda.blockDim.x
-            r = (u % (MAX_BATCH * UJ)) // UJ     # H and dH: (r, jj); dZ2: (rc, c)
-            jj = u % UJ
-            rc = max(u - 2 * MAX_BATCH * UJ, 0) // NC_PAD
-            c = u % NC_PAD
-            if u < MAX_BATCH * UJ:
-                v[q] = H[r, j0 + jj] if r < B and j0 + jj < hidden else float32(0.0)
-            elif u < 2 * MAX_BATCH * UJ:
-                v[q] = dH[r, j0 + jj] if r < B and j0 + jj < hidden else float32(0.0)
-            else:
-                v[q] = dZ2[rc, c] if rc < B and c < C else float32(0.0)
-        for q in range(SMALL_PER):
-            u = o + q * cuda.blockDim.x
-            if u < SMALL_CELLS:
-                sS[u] = v[q]
-        o += SMALL_PER * cuda.blockDim.x
+    o = uint64(cuda.threadIdx.x)
+    while o < uint64(MAX_BATCH * UJ // 4):      # cells 4o .. 4o + 3 of H and dH, 2o, 2o + 1 of dZ2
+        r, jj = o // uint64(UJ // 4), uint64(4) * (o % uint64(UJ // 4))
+        rc, c = o // uint64(NC_PAD // 2), uint64(2) * (o % uint64(NC_PAD // 2))
+        for q in range(4):                       # constant lengths: the loads go out together
+            j = min(uint64(j0) + jj + uint64(q), uint64(hidden - 1))
+            v[q] = H[min(r, uint64(B - 1)), j]
+            v[4 + q] = dH[min(r, uint64(B - 1)), j]
+        for e in range(2):
+            v[8 + e] = dZ2[min(rc, uint64(B - 1)), min(c + uint64(e), uint64(C - 1))]
+        for q in range(4):
+            ok = r < uint64(B) and uint64(j0) + jj + uint64(q) < uint64(hidden)
+            sS[uint64(4) * o + uint64(q)] = v[q] if ok else float32(0.0)
+            sS[uint64(MAX_BATCH * UJ + q) + uint64(4) * o] = v[4 + q] if ok else float32(0.0)
+        for e in range(2):
+            ok = rc < uint64(B) and c + uint64(e) < uint64(C)
+            sS[uint64(2 * MAX_BATCH * UJ + e) + uint64(2) * o] = v[8 + e] if ok else float32(0.0)
+        o += uint64(cuda.blockDim.x)
+    if cuda.threadIdx.x == 0:
+        sS[SMALL_ONE] = float32(1.0)
     cuda.syncthreads()
 
 
 @cuda.jit(device=True)
-def small_grad(kind, jj, c, sS):
-    """A parameter's batch sum from the staged columns (rows past the batch are zeros), four rows at a time:
-    kind 0: sum_r H[r, jj] dZ2[r, c] (W2), 1: sum_r dH[r, jj] (b1), 2: sum_r dZ2[r, c] (b2)."""
-    D = 2 * MAX_BATCH * UJ                       # where dZ2 starts in sS
+def small_grad(a, sa, b, sb, sS):
+    """sum over the batch rows r of sS[a + r sa] sS[b + r sb] (rows past the batch are zeros), four rows at a
+    time: for W2[j, c], H[:, jj] and dZ2[:, c]; for b1[j], dH[:, jj] and the 1 at SMALL_ONE (sb = 0); for b2[c],
+    dZ2[:, c] and the 1."""
     s0 = float32(0.0)
     s1 = float32(0.0)
     s2 = float32(0.0)
     s3 = float32(0.0)
-    if kind == 0:
-        for r in range(0, MAX_BATCH, 4):
-            s0 += sS[r * UJ + jj] * sS[D + r * NC_PAD + c]
-            s1 += sS[(r + 1) * UJ + jj] * sS[D + (r + 1) * NC_PAD + c]
-            s2 += sS[(r + 2) * UJ + jj] * sS[D + (r + 2) * NC_PAD + c]
-            s3 += sS[(r + 3) * UJ + jj] * sS[D + (r + 3) * NC_PAD + c]
-    elif kind == 1:
-        for r in range(0, MAX_BATCH, 4):
-            s0 += sS[(MAX_BATCH + r) * UJ + jj]
-            s1 += sS[(MAX_BATCH + r + 1) * UJ + jj]
-            s2 += sS[(MAX_BATCH + r + 2) * UJ + jj]
-            s3 += sS[(MAX_BATCH + r + 3) * UJ + jj]
-    else:
-        for r in range(0, MAX_BATCH, 4):
-            s0 += sS[D + r * NC_PAD + c]
-            s1 += sS[D + (r + 1) * NC_PAD + c]
-            s2 += sS[D + (r + 2) * NC_PAD + c]
-            s3 += sS[D + (r + 3) * NC_PAD + c]
+    for r in range(0, MAX_BATCH, 4):             # constant length: unrolled, the loads go out early
+        s0 += sS[a + uint64(r) * sa] * sS[b + uint64(r) * sb]
+        s1 += sS[a + uint64(r + 1) * sa] * sS[b + uint64(r + 1) * sb]
+        s2 += sS[a + uint64(r + 2) * sa] * sS[b + uint64(r + 2) * sb]
+        s3 += sS[a + uint64(r + 3) * sa] * sS[b + uint64(r + 3) * sb]
     return (s0 + s1) + (s2 + s3)
 
 
 @cuda.jit(device=True)
-def update_small(lr, H, dZ2, dH, W2, b1, b2, first, sS):
+def update_small(lr, H, dZ2, dH, W2, b1, b2, first, sS, T, i):
     """The small layer after a step, by the blocks from `first` on (those with no tile; the others return at once),
     UJ hidden units each: W2[j, c] -= lr sum_r H[r, j] dZ2[r, c], b1[j] -= lr sum_r dH[r, j] and, in block
     `first`, b2[c] -= lr sum_r dZ2[r, c]. The block's columns are staged in shared memory sS (stage_small), then a
     thread per parameter; the old values are loaded before the staging, so that both trips overlap."""
     hidden = H.shape[1]
     C = W2.shape[1]
-    t, nt = cuda.threadIdx.x, cuda.blockDim.x
+    t = cuda.threadIdx.x
     g = cuda.blockIdx.x - first
     if g < 0:
         return
@@ -777,10 +871,18 @@ def update_small(lr, H, dZ2, dH, W2, b1, b2, first, sS):
     old = float32(0.0)
     if ok:
         old = W2[j0 + jj, c] if kind == 0 else (b1[j0 + jj] if kind == 1 else b2[c])
+    D = 2 * MAX_BATCH * UJ                       # where dZ2 starts in sS
+    if kind == 0:                                # the two columns of sS that the parameter's sum multiplies
+        a, sa, b, sb = jj, UJ, D + c, NC_PAD
+    elif kind == 1:
+        a, sa, b, sb = MAX_BATCH * UJ + jj, UJ, SMALL_ONE, 0
+    else:
+        a, sa, b, sb = D + c, NC_PAD, SMALL_ONE, 0
     if j0 < hidden:
         stage_small(H, dZ2, dH, j0, sS)
+    stamp(T, i, 7)
     if ok and j0 < hidden:
-        new = old - lr * small_grad(kind, jj, c, sS)
+        new = old - lr * small_grad(uint64(a), uint64(sa), uint64(b), uint64(sb), sS)
         if kind == 0:
             W2[j0 + jj, c] = new
         elif kind == 1:
@@ -811,6 +913,7 @@ def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar, 
     K = W1.shape[0]
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
     d = cuda.local.array(DH_PER, float32)
+    acc = cuda.local.array(16, float32)          # block_grads' 4 x 4 block
     tile = cuda.blockIdx.x
     k0, j0 = origin
     while tile < ntiles:
@@ -830,12 +933,20 @@ def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar, 
             stage_w(W1, k0, j0, sW)
         cuda.syncthreads()
         stamp(T, i, 12)
-        tile_grads(sX, sdH, sP)                  # ends with a block barrier: no thread reads sX any more
-        stamp(T, i, 15)
-        if copies:
-            copy_x(Xt, (k0 // TK) * perm.shape[0] + base + B, B, sX, mbar)
-        stamp(T, i, 13)
-        update_tile(lr, W1, k0, j0, sW, sP)
+        u0 = 0
+        while u0 < C_WORK:                       # a pass for every thread (the simulator's shuffles need them all)
+            u = uint64(u0 + t)
+            if u < C_WORK or _SIM:
+                block_grads(sX, sdH, u, acc)
+            if u0 + nt >= C_WORK:                # the last pass: every thread has read sX
+                cuda.syncthreads()
+                stamp(T, i, 15)
+                if copies:                       # the last thread: in a warp without a block when nt > C_WORK
+                    copy_x(Xt, (k0 // TK) * perm.shape[0] + base + B, B, sX, mbar)
+            if u < C_WORK or _SIM:
+                update_cells(lr, W1, k0, j0, sW, u, acc, sP[P_CELLS - 512:])
+            u0 += nt
+        cuda.syncthreads()                       # sW is updated
         stamp(T, i, 14)
         tile += cuda.gridDim.x
         k0, j0 = tile_origin(tile, hidden)
@@ -859,8 +970,8 @@ def tile_rows_kernel(X, perm, Xt):
 @cuda.jit(**_JIT)
 def forward_kernel(X, perm, step, W1, Z, T):
     """Phase A of step `step` as its own launch (any grid: blocks stride over the tiles)."""
-    sX = cuda.shared.array(X_CELLS, float32)
-    sW = cuda.shared.array(W_CELLS, float32)
+    sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
+    sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)
     mbar = cuda.shared.array(1, uint64)          # unused: no copy engine here
     phase_a(X, perm, step * Z.shape[0], W1, Z, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]), True, mbar,
@@ -879,10 +990,10 @@ def backward_kernel(y, perm, step, X, b1, W2, b2, Z, H, dZ2, dH, losses, T):
 def update_kernel(X, perm, step, lr, W1, b1, W2, b2, H, dZ2, dH, T):
     """Phase C of step `step` as its own launch, the hidden units first (any grid: blocks stride over the hidden
     units and the tiles)."""
-    sX = cuda.shared.array(X_CELLS, float32)
-    sW = cuda.shared.array(W_CELLS, float32)
+    sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
+    sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)
-    sdH = cuda.shared.array(DH_CELLS, float32)
+    sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # unused: no copy engine here
     update_units(lr, H, dZ2, dH, W2, b1, b2, sP)
     phase_c(X, perm, step * H.shape[0], lr, W1, dH, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
@@ -901,9 +1012,9 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     the copy engine brings each batch's X[batch, tile] from there during the step before's phase C."""
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # the copy engine's count of the bytes landed
-    sW = cuda.shared.array(W_CELLS, float32)
+    sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)     # partial sums; a row's logits in phase B
-    sdH = cuda.shared.array(DH_CELLS, float32)
+    sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
     grid = cuda.cg.this_grid()
     B = H.shape[0]
     ntiles = ((W1.shape[0] + TK - 1) // TK) * ((W1.shape[1] + TJ - 1) // TJ)
@@ -919,7 +1030,7 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
         stamp(T, i, 0)
         phase_a(X, perm, step * B, W1, Z, sX, sW, sP, origin, not kept or i == 0, mbar, copies, T, i)
         if i > 0 and spare:
-            update_small(lr, H, dZ2, dH, W2, b1, b2, ntiles, sX)   # the step before's (tile blocks: nothing)
+            update_small(lr, H, dZ2, dH, W2, b1, b2, ntiles, sX, T, i)   # the step before's (tile blocks: nothing)
         elif i > 0:
             update_units(lr, H, dZ2, dH, W2, b1, b2, sP)     # the step before's hidden units
         stamp(T, i, 1)
@@ -934,7 +1045,7 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
                 copies and i + 1 < nsteps, T, i)
         stamp(T, i, 5)
     if spare:
-        update_small(lr, H, dZ2, dH, W2, b1, b2, ntiles, sX)
+        update_small(lr, H, dZ2, dH, W2, b1, b2, ntiles, sX, T, nsteps)
     else:
         update_units(lr, H, dZ2, dH, W2, b1, b2, sP)     # the last step's hidden units
 
@@ -1130,19 +1241,19 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
 # %% notebooks/08_performance.ipynb cell ck2
 CLOCK_PARTS = {    # name: (from point, to point, blocks measured); "tiles": blocks with a tile, "rows": with a row
     "A: X[batch, tile] into shared memory": (0, 6, "tiles"),
-    "A: the partial sums X W1": (6, 7, "tiles"),
-    "A: added into Z (atomics)": (7, 8, "tiles"),
+    "A: X W1 in registers, added across lanes (shuffles) and into Z (atomics)": (6, 8, "tiles"),
     "A: the step before's W2, b1, b2 (a unit per block; nothing when blocks are spare)": (8, 1, "tiles"),
     "the step before's W2, b1, b2 in the spare blocks (off the path: from C to barrier 1)": (8, 1, "spare"),
+    "spare: H, dH, dZ2 staged": (8, 7, "spare"),
+    "spare: sums, W2, b1, b2 written": (7, 1, "spare"),
     "barrier 1 (last arrival to first release)": (1, 2, "barrier"),
     "B: H[r], the logits' sums in each warp": (2, 9, "rows"),
     "B: softmax, dZ2": (9, 10, "rows"),
     "B: dH": (10, 3, "rows"),
     "barrier 2 (last arrival to first release)": (3, 4, "barrier"),
     "C: dH[:, tile] into shared memory": (4, 12, "tiles"),
-    "C: the sums dW1 = X^T dH": (12, 15, "tiles"),
-    "C: the next batch's X[batch, tile] asked of the copy engine": (15, 13, "tiles"),
-    "C: W1 updated": (13, 14, "tiles"),
+    "C: dW1 = X^T dH in registers, 4 x 4 blocks": (12, 15, "tiles"),
+    "C: the blocks added across lanes (shuffles), W1 updated": (15, 14, "tiles"),
 }
 
 
