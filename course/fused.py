@@ -56,7 +56,8 @@ CH = 4             # inputs per chunk: a chunk of a row of X, or 4 units of a ch
 NCH = TK // CH     # chunks per tile: 25
 WC = CH * TJ + 4   # cells per chunk of sW: 32 and 4 unused, so that the chunks c .. c + 7 start in 8 different banks
 W_CELLS = (TKP // CH) * WC
-LANES = 8          # phase A: the lanes that split a row pair's chunks; phase C: a chunk's shares of the batch rows
+LANES = 8          # phase C: a chunk's shares of the batch rows
+ROWS_A = 4         # phase A: rows a thread sums (2 or 4), over 1/(4 ROWS_A) of the chunks
 C_WORK = 13 * 32   # phase C: NCH chunks x 2 halves x LANES lanes = 400 threads: 13 warps
 DH_CELLS = MAX_BATCH * TJ
 DH_PER = 2         # phase C: cells of dH[:, tile] a thread loads early (the rest, in small blocks, later)
@@ -128,6 +129,15 @@ if course.SIMULATOR:
         scr[t] = v
         cuda.syncthreads()
         return scr[t ^ m]
+
+    @cuda.jit(device=True)
+    def shfl_from(scr, v, src):
+        """v of lane `src` of this warp, through shared memory scr (every thread of the block must call it)."""
+        t = cuda.threadIdx.x
+        cuda.syncthreads()
+        scr[t] = v
+        cuda.syncthreads()
+        return scr[t - t % 32 + src]
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
@@ -284,6 +294,11 @@ else:
         """v of lane (lane ^ m) of this warp, register to register (scr: unused here)."""
         return cuda.shfl_xor_sync(0xFFFFFFFF, v, m)
 
+    @cuda.jit(device=True, inline=True)
+    def shfl_from(scr, v, src):
+        """v of lane `src` of this warp, register to register (scr: unused here)."""
+        return cuda.shfl_sync(0xFFFFFFFF, v, src)
+
 
 @cuda.jit(device=True)
 def stamp(T, i, point):
@@ -435,32 +450,39 @@ def add_partials(sP, B, j0, Z):
 @cuda.jit(device=True)
 def forward_tile(sX, sW, B, j0, Z, scr):
     """Z[r, j0 + jj] += sum over kk of sX[r, kk] sW[kk, jj]: forward_partials and add_partials again, with no
-    shares in shared memory. Thread u = (rp, half, s) sums rows rp and rp + 32 x units 4 half .. 4 half + 3 over
-    the chunks s, s + LANES, ... of CH inputs, each a 16-byte load (2 of X and 4 of W1: 32 multiply-adds); the
-    LANES lanes s of the warp then add up their 8 sums with shuffles (halve), each keeping one, of row
-    rp + 32 (s >> 2) and unit 4 half + s % 4, which it adds into Z, atomically. Every thread must call it."""
+    shares in shared memory. Thread u = (rg, half, s) sums ROWS_A rows rg, rg + 64 / ROWS_A, ... x units
+    4 half .. 4 half + 3 over the chunks s, s + L, ... of CH inputs (L = 4 ROWS_A lanes), each a 16-byte load
+    (ROWS_A of X and 4 of W1: 16 ROWS_A multiply-adds); the L lanes s of the warp then add up their sums with
+    shuffles (halve), each keeping one, of row rg + (s >> 2) 64 / ROWS_A and unit 4 half + s % 4, which it adds
+    into Z, atomically. Every thread must call it."""
     hidden = Z.shape[1]
-    acc = cuda.local.array(8, float32)           # rows rp, rp + 32 x the 4 units
+    L = 4 * ROWS_A                               # lanes that split a row group's chunks
+    G = MAX_BATCH // ROWS_A                      # row groups: a thread's rows are G apart
+    acc = cuda.local.array(16, float32)          # ROWS_A rows x the 4 units
+    x = cuda.local.array(16, float32)            # a chunk of each of the rows
     u0 = 0
-    while u0 < 2 * LANES * 32:                   # a pass for every thread (the simulator's shuffles need them all)
+    while u0 < 2 * L * G:                        # a pass for every thread (the simulator's shuffles need them all)
         u = uint64(u0 + cuda.threadIdx.x)
-        s, half, rp = u % uint64(LANES), (u // uint64(LANES)) % uint64(2), u // uint64(2 * LANES)
-        for q in range(8):
+        s, half, rg = u % uint64(L), (u // uint64(L)) % uint64(2), u // uint64(2 * L)
+        for q in range(4 * ROWS_A):
             acc[q] = float32(0.0)
-        for t in range((NCH + LANES - 1) // LANES):
-            c = s + uint64(t * LANES)            # chunks s, s + 8, ...: in 8 banks of X's rows and of sW
+        for t in range((NCH + L - 1) // L):
+            c = s + uint64(t * L)                # chunks s, s + L, ...: in 8 banks of X's rows and of sW
             if c < uint64(NCH):
-                x0 = load4(sX, rp * XS_U + uint64(CH) * c)                   # X[rp, 4c .. 4c + 3]
-                x1 = load4(sX, (rp + uint64(32)) * XS_U + uint64(CH) * c)    # X[rp + 32, ...]
+                for i in range(ROWS_A):
+                    x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3] = load4(
+                        sX, (rg + uint64(i * G)) * XS_U + uint64(CH) * c)       # X[rg + iG, 4c .. 4c + 3]
                 for kk in range(CH):
                     w = load4(sW, c * uint64(WC) + uint64(kk * TJ) + uint64(4) * half)  # W1[4c + kk, 4 half ..]
-                    for q in range(4):
-                        acc[q] += x0[kk] * w[q]
-                        acc[4 + q] += x1[kk] * w[q]
-        halve(acc, 4, 4, scr)                    # lane bit 2: the row
+                    for i in range(ROWS_A):
+                        for q in range(4):
+                            acc[4 * i + q] += x[4 * i + kk] * w[q]
+        if ROWS_A == 4:
+            halve(acc, 8, 8, scr)                # lane bits 3, 2: the row
+        halve(acc, 4, 4, scr)
         halve(acc, 2, 2, scr)                    # bits 1, 0: the unit
         halve(acc, 1, 1, scr)
-        r = int(rp) + 32 * int(s >> uint64(2))
+        r = int(rg) + G * int(s >> uint64(2))
         jj = 4 * int(half) + int(s % uint64(4))
         if r < B and j0 + jj < hidden:
             cuda.atomic.add(Z, (r, j0 + jj), acc[0])
@@ -525,27 +547,28 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
     """Batch row r, a hidden unit per thread (j = t, then t + blockDim, ... when hidden is larger): H[r, j] =
     ReLU(Z[r, j] + b1[j]) (Z[r, j] zeroed for the next step); the logits: thread j multiplies by W2[j], held in
     its registers, shuffles add a warp's units, shared memory the warps'; the softmax and dZ2[r] in every warp
-    (class c in lanes c and c + 16); dH[r, j] = (dZ2[r] W2[j]^T) [H[r, j] > 0]; the row's loss / B into
-    losses[step]. Every thread of the block must call it."""
+    (class c in lanes c and c + 16), which then hands dZ2[r, :] to all its lanes by shuffles (no block barrier);
+    dH[r, j] = (dZ2[r] W2[j]^T) [H[r, j] > 0]; the row's loss / B into losses[step]. Every thread of the block
+    must call it."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = H.shape
     C = W2.shape[1]
     lane, w = t % 32, t // 32
     sR = sP[:16 * NC_PAD]                        # (warp, class): each warp's sums, at most 16 warps
-    sD = sP[16 * NC_PAD:17 * NC_PAD]             # dZ2[r]
     scr = sP[P_CELLS - 512:]                     # the simulator's shuffles
     wj = cuda.local.array(NC_PAD, float32)       # W2[j, :], zeros past C
     acc = cuda.local.array(NC_PAD, float32)      # H[r, j] W2[j, :]
-    j = min(t, hidden - 1)
-    for c in range(NC_PAD):                      # every load first, all in flight at once
-        wj[c] = W2[j, min(c, C - 1)] if c < C and t < hidden else float32(0.0)
-    z = Z[r, j] + b1[j]
+    ru, ju = uint64(r), uint64(min(t, hidden - 1))   # unsigned indices inside the arrays: no wraparound check
+    for c in range(NC_PAD):                      # every load first, all in flight at once (no branch around one)
+        wv = W2[ju, uint64(min(c, C - 1))]
+        wj[c] = wv if c < C and t < hidden else float32(0.0)
+    z = Z[ru, ju] + b1[ju]
     c = lane % NC_PAD
-    zc = b2[min(c, C - 1)]
+    zc = b2[uint64(min(c, C - 1))]
     h = max(z, float32(0.0)) if t < hidden else float32(0.0)
     if t < hidden:
-        H[r, t] = h
-        Z[r, t] = float32(0.0)                   # read once: zero again for the next step's sums
+        H[ru, ju] = h
+        Z[ru, ju] = float32(0.0)                 # read once: zero again for the next step's sums
     for k in range(NC_PAD):
         acc[k] = h * wj[k]
     j = t + nt
@@ -562,9 +585,14 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
         sR[w * NC_PAD + lane // 2] = s
     cuda.syncthreads()
     stamp(T, i, 9)
-    for w2 in range(16):                         # constant length: the loads go out together
+    z4 = cuda.local.array(4, float32)            # 4 sums, so that the 16 loads do not wait for each other
+    for q in range(4):
+        z4[q] = float32(0.0)
+    cu = uint64(c)
+    for w2 in range(16):                         # constant length: unrolled, the loads go out together
         if w2 < nt // 32:
-            zc += sR[w2 * NC_PAD + c]
+            z4[w2 % 4] += sR[cu + uint64(w2 * NC_PAD)]
+    zc += (z4[0] + z4[1]) + (z4[2] + z4[3])
     m = zc if c < C else float32(-3.0e38)        # the softmax across lanes c < C of each half-warp
     for mask in (1, 2, 4, 8):
         m = max(m, shfl_xor(scr, m, mask))
@@ -573,28 +601,29 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
     for mask in (1, 2, 4, 8):
         s += shfl_xor(scr, s, mask)
     dz = (e / s - (float32(1.0) if c == label else float32(0.0))) / float32(B)
-    if t < NC_PAD:
-        sD[c] = dz if c < C else float32(0.0)
-        if c < C:
-            dZ2[r, c] = dz
+    if t < C:
+        dZ2[ru, uint64(c)] = dz
         if c == label:
             cuda.atomic.add(losses, step, (math.log(s) - (zc - m)) / float32(B))
-    cuda.syncthreads()
+    dzs = cuda.local.array(NC_PAD, float32)      # dZ2[r, :] (zeros past C) in every lane, from lanes 0 .. 15
+    for k in range(NC_PAD):
+        dzs[k] = shfl_from(scr, dz, k)
     stamp(T, i, 10)
     if t < hidden:
         g = float32(0.0)
         for k in range(NC_PAD):
-            g += sD[k] * wj[k]
-        dH[r, t] = g if h > float32(0.0) else float32(0.0)
+            g += dzs[k] * wj[k]
+        dH[ru, ju] = g if h > float32(0.0) else float32(0.0)
     j = t + nt
     while j < hidden:
         g = float32(0.0)
         for k in range(NC_PAD):
             if k < C:
-                g += sD[k] * W2[j, k]
+                g += dzs[k] * W2[j, k]
         dH[r, j] = g if H[r, j] > float32(0.0) else float32(0.0)
         j += nt
-    cuda.syncthreads()                           # sP is reused by the next row
+    if r + cuda.gridDim.x < B:
+        cuda.syncthreads()                       # sR is reused by the block's next row
 
 
 @cuda.jit(device=True)
@@ -687,10 +716,11 @@ def update_tile(lr, W1, k0, j0, sW, sP):
 
 @cuda.jit(device=True)
 def block_grads(sX, sdH, u, acc):
-    """acc[4 kk + q] = sum over rows r = s, s + LANES, ... of sX[r, 4 c + kk] sdH[r, 4 half + q], u = (c, half,
-    s): a 4 x 4 block of dW1[tile] over 1/LANES of the batch (rows past it are zeros), a row's 4 inputs and 4
-    units in two 16-byte loads for 16 multiply-adds (tile_grads: 6 loads for 8)."""
-    s, half, c = u % uint64(LANES), (u // uint64(LANES)) % uint64(2), min(u // uint64(2 * LANES), uint64(NCH - 1))
+    """acc[4 kk + q] = sum over rows r = s, s + LANES, ... of sX[r, 4 c + kk] sdH[r, 4 half + q], u = (c, s,
+    half): a 4 x 4 block of dW1[tile] over 1/LANES of the batch (rows past it are zeros), a row's 4 inputs and 4
+    units in two 16-byte loads for 16 multiply-adds (tile_grads: 6 loads for 8). A 16-byte load is served 8
+    lanes at a time: lanes 0 .. 7 read rows 0 .. 3 x both halves, 128 bytes of sdH in a row (no bank conflict)."""
+    half, s, c = u % uint64(2), (u // uint64(2)) % uint64(LANES), min(u // uint64(2 * LANES), uint64(NCH - 1))
     for q in range(16):
         acc[q] = float32(0.0)
     ix = s * XS_U + uint64(CH) * c               # sX[s, 4c]
@@ -710,10 +740,10 @@ def update_cells(lr, W1, k0, j0, sW, u, acc, scr):
     """The LANES lanes s of a chunk and half add up their blocks (block_grads) with shuffles, each keeping two
     cells of dW1: input 4 c + (s >> 1), units 4 half + 2 (s % 2) and the next; W1 -= lr dW1 there, and in sW."""
     K, hidden = W1.shape
-    halve(acc, 8, 4, scr)                        # lane bits 2, 1: the input
-    halve(acc, 4, 2, scr)
-    halve(acc, 2, 1, scr)                        # bit 0: the pair of units
-    s, half, c = int(u % uint64(LANES)), int((u // uint64(LANES)) % uint64(2)), int(u // uint64(2 * LANES))
+    halve(acc, 8, 8, scr)                        # lane bits 3, 2 (s bits 2, 1): the input
+    halve(acc, 4, 4, scr)
+    halve(acc, 2, 2, scr)                        # bit 1 (s bit 0): the pair of units
+    half, s, c = int(u % uint64(2)), int((u // uint64(2)) % uint64(LANES)), int(u // uint64(2 * LANES))
     kk = CH * c + (s >> 1)
     for e in range(2):
         jj = 4 * half + 2 * (s % 2) + e
@@ -895,11 +925,11 @@ def update_small(lr, H, dZ2, dH, W2, b1, b2, first, sS, T, i):
 def load_dh(dH, j0, d):
     """d[q] = dH[r, j0 + jj] for the cells v = t + q * blockDim = r * TJ + jj of sdH (zeros past the edges)."""
     B, hidden = dH.shape
-    for q in range(DH_PER):
-        v = cuda.threadIdx.x + q * cuda.blockDim.x
-        r = v // TJ
-        jj = v - r * TJ
-        d[q] = dH[min(r, B - 1), min(j0 + jj, hidden - 1)] if r < B and j0 + jj < hidden else float32(0.0)
+    for q in range(DH_PER):                      # unsigned indices inside dH, no branch: the loads go out together
+        v = uint64(cuda.threadIdx.x + q * cuda.blockDim.x)
+        r, jj = v // TJ_U, v % TJ_U
+        x = dH[min(r, uint64(B - 1)), min(uint64(j0) + jj, uint64(hidden - 1))]
+        d[q] = x if r < uint64(B) and uint64(j0) + jj < uint64(hidden) else float32(0.0)
 
 
 @cuda.jit(device=True)
@@ -956,15 +986,14 @@ def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar, 
 @cuda.jit
 def tile_rows_kernel(X, perm, Xt):
     """Xt[kt n + i, kk] = X[perm[i], kt TK + kk], zeros past the inputs (n = len(perm)): for each tile of inputs
-    kt, the epoch's rows of X in batch order, one after another, so that a batch's tile is ONE run of memory."""
+    kt, the epoch's rows of X in batch order, one after another, so that a batch's tile is ONE run of memory.
+    A block per row of Xt, a thread per input: one division per block."""
     n, K = perm.shape[0], X.shape[1]
-    v = cuda.grid(1)
-    if v < Xt.shape[0] * TK:
-        r = v // TK                              # the row of Xt: tile kt, batch row i of the epoch
-        kk = v - r * TK
-        kt = r // n
-        k = kt * TK + kk
-        Xt[r, kk] = X[perm[r - kt * n], k] if k < K else float32(0.0)
+    r, kk = cuda.blockIdx.x, cuda.threadIdx.x    # the row of Xt: tile kt, batch row i of the epoch
+    kt = r // n
+    k = kt * TK + kk
+    if r < Xt.shape[0] and kk < TK:
+        Xt[r, kk] = X[perm[r - kt * n], min(k, K - 1)] if k < K else float32(0.0)
 
 
 @cuda.jit(**_JIT)
@@ -1148,7 +1177,7 @@ class FusedTrainer:
         shape = (cdiv(X_d.shape[1], TK) * perm_d.shape[0], TK)
         if self.Xt is None or self.Xt.shape != shape:
             self.Xt = cuda.device_array(shape, np.float32)
-        tile_rows_kernel[cdiv(shape[0] * TK, 256), 256](X_d, perm_d, self.Xt)
+        tile_rows_kernel[shape[0], cdiv(TK, 32) * 32](X_d, perm_d, self.Xt)
         return self.Xt
 
     def launch_step(self, X_d, y_d, idx, loss, stream=0):
