@@ -335,9 +335,9 @@ def stage_x(X, perm, base, B, k0, sX):
 
 @cuda.jit(device=True)
 def copy_x(Xt, row, B, sX, mbar):
-    """The copy engine's stage_x: the block's last thread tells mbar the bytes to expect and starts ONE copy, of Xt[row:row + B]
-    (a batch's tile: B x TK floats in a row of memory) into sX[:B], and goes on at once. The rows past the batch
-    keep the zeros of start_copies."""
+    """The copy engine's stage_x: the block's last thread tells mbar the bytes to expect and starts ONE copy, of
+    Xt[row:row + B] (a batch's tile: B x TK floats in a row of memory) into sX[:B], and goes on at once. The rows
+    past the batch keep the zeros of start_copies."""
     if cuda.threadIdx.x == cuda.blockDim.x - 1:  # the last warp: in phase C, one with no dW1 block to sum
         copy_expect(mbar, B * TK * 4)
         copy_tile(sX, Xt, row, B * TK * 4, mbar)

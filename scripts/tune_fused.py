@@ -52,8 +52,7 @@ steps = 20
 want_losses, want = fused.sgd_epoch_ref(X, y, perm[:steps * B], init_params(HIDDEN, 0).to_host(), B, LR)
 for mode, make in TRAINERS.items():
     q = init_params(HIDDEN, 0)
-    losses = make(q, B, LR).epoch(X_d, y_d, perm_d[:steps * B],
-                                                          cuda.device_array(steps, np.float32)).copy_to_host()
+    losses = make(q, B, LR).epoch(X_d, y_d, perm_d[:steps * B], cuda.device_array(steps, np.float32)).copy_to_host()
     got = q.to_host()
     err = max(float(np.max(np.abs(got[k] - want[k]))) for k in got)
     ok = err < 1e-4 and np.allclose(losses, want_losses, atol=1e-4)

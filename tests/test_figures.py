@@ -281,7 +281,9 @@ PLAIN_MS_08 = Out("08", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
 from course.fused import CLOCK_PARTS  # noqa: E402
 CLOCK = lambda part: Out("08", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
 SPARE_US = CLOCK(r"the step before's W2, b1, b2 in the spare blocks \(off the path: from C to barrier 1\)")
-FINAL = "versions[epoch_ms=12.22]"    # course.fused now: its row of fused-h200.json
+FINAL = "versions[epoch_ms=12.22]"    # course.fused after step 7 (the copy engine): its row of fused-h200.json
+NOW = "versions[epoch_ms=9.96]"       # course.fused now: its row of fused-h200.json
+A_FWD = CLOCK(r"A: X W1 in registers, added across lanes \(shuffles\) and into Z \(atomics\)")
 MB_IMAGES = 60000 * 784 * 4
 STEPS = 60000 // 64
 PARAMS = 784 * 128 + 128 + 128 * 10 + 10
@@ -410,8 +412,8 @@ FIGURES = [
     Fig("08", "cg10", r"a step is some (\d+) dependent parts", calc(lambda: sum(who != "spare" for _, _, who in CLOCK_PARTS.values()), why="course.fused.CLOCK_PARTS on the path")),
     Fig("08", "c062", r"an L2 hit alone is about (\d+) ns", Json(FUSED, "latency_probe.l2_hit_ns")),
     Fig("08", "c062", r"a trip to DRAM about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
-    Fig("08", "c062", r"phase A's sums \(104 multiply-adds a thread\) take about ([\d.]+) µs", Out("08", "ck3", r"A: the partial sums X W1\s+([\d.]+) µs")),
-    Fig("08", "c062", r"small part of a (\d+) µs step", LADDER("fused epoch (1/epoch)")),
+    Fig("08", "c062", r"Phase A's sums, shuffles and atomics still take about ([\d.]+) µs", A_FWD),
+    Fig("08", "c062", r"small part of an (\d+) µs step", LADDER("fused epoch (1/epoch)")),
     Fig("08", "c062", r"by a launch \(~(\d+) µs\)", LAUNCH_3),
     Fig("08", "c062", r"works it out: (25) %\)", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
     # --- notebook 08: the fused kernel's versions (results/fused-h200.json) and the CUDA graphs ---
@@ -444,14 +446,14 @@ FIGURES = [
         Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
     Fig("08", "cg10", r"replayed\) to (\d+) ms \(one kernel", calc(lambda s: s * 1e3, FUSED_S)),
     Fig("08", "cg10", r"give about ([\d.]+) µs for phase A", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
-        r"A: X\[batch, tile\] into shared memory", "A: the partial sums X W1", r"A: added into Z \(atomics\)",
+        r"A: X\[batch, tile\] into shared memory", r"A: X W1 in registers, added across lanes \(shuffles\) and into Z \(atomics\)",
         r"A: the step before's W2, b1, b2 \(a unit per block; nothing when blocks are spare\)")),
         why="the clocks of phase A's parts, summed")),
     Fig("08", "cg10", r"([\d.]+) µs for a row of phase B", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
         r"B: H\[r\], the logits' sums in each warp", "B: softmax, dZ2", "B: dH")), why="phase B's parts, summed")),
     Fig("08", "cg10", r"([\d.]+) µs for phase C", calc(lambda *v: sum(v), *(CLOCK(p) for p in (
-        r"C: dH\[:, tile\] into shared memory", "C: the sums dW1 = X\\^T dH",
-        r"C: the next batch's X\[batch, tile\] asked of the copy engine", "C: W1 updated")),
+        r"C: dH\[:, tile\] into shared memory", r"C: dW1 = X\^T dH in registers, 4 x 4 blocks",
+        r"C: the blocks added across lanes \(shuffles\), W1 updated")),
         why="phase C's parts, summed")),
     Fig("08", "cg10", r"\(about ([\d.]+) µs for the first\)", CLOCK(r"barrier 1 \(last arrival to first release\)")),
     Fig("08", "cg10", r"and about (\d+) µs per step\s+in all", CLOCK("step")),
@@ -465,7 +467,7 @@ FIGURES = [
     Fig("08", "c038", r"[\d.]+ → ([\d.]+) µs a barrier", Json(FUSED, "versions[epoch_ms=14.38].clocks_us.barrier1")),
     Fig("08", "c038", r"µs a barrier, ([\d.]+) →", Json(FUSED, "versions[epoch_ms=15.4].epoch_ms")),
     Fig("08", "c038", r"µs a barrier, [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=14.38].epoch_ms")),
-    Fig("08", "c038", r"in about ([\d.]+) µs, while the tile", SPARE_US),
+    Fig("08", "c038", r"in about ([\d.]+) µs, while the tile", Json(FUSED, FINAL + ".clocks_us.spare_small_layer")),
     Fig("08", "c038", r"phases C and A:\s+([\d.]+) →", Json(FUSED, "versions[epoch_ms=14.38].epoch_ms")),
     Fig("08", "c038", r"phases C and A:\s+[\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=13.64].epoch_ms")),
     Fig("08", "c038", r"its store,\s+([\d.]+) µs at the head", Json(FUSED, "versions[epoch_ms=13.64].clocks_us.a_x")),
@@ -475,6 +477,27 @@ FIGURES = [
     Fig("08", "c038", r"Staging X [\d.]+ → ([\d.]+) µs", Json(FUSED, FINAL + ".clocks_us.a_x")),
     Fig("08", "c038", r"the wait\), ([\d.]+) →", Json(FUSED, FINAL + ".without_copies_ms")),
     Fig("08", "c038", r"the wait\), [\d.]+ → ([\d.]+) ms", Json(FUSED, FINAL + ".epoch_ms")),
+    Fig("08", "c038", r"Phase A ([\d.]+) → [\d.]+ µs \(sums", calc(lambda a, b: a + b, Json(FUSED, "versions[epoch_ms=12.22].clocks_us.a_sums"), Json(FUSED, "versions[epoch_ms=12.22].clocks_us.a_atomics"), why="sums and atomics before step 8")),
+    Fig("08", "c038", r"Phase A [\d.]+ → ([\d.]+) µs \(sums", Json(FUSED, "versions[epoch_ms=12.39].clocks_us.a_fwd")),
+    Fig("08", "c038", r"C's sums and update ([\d.]+) →", calc(lambda a, b, c: a + b + c, Json(FUSED, "versions[epoch_ms=12.22].clocks_us.c_sums"), Json(FUSED, "versions[epoch_ms=12.22].clocks_us.c_copies_issued"), Json(FUSED, "versions[epoch_ms=12.22].clocks_us.c_w1"), why="C after dH, before step 8")),
+    Fig("08", "c038", r"C's sums and update [\d.]+ → ([\d.]+) µs", calc(lambda a, b: a + b, Json(FUSED, "versions[epoch_ms=12.39].clocks_us.c_sums"), Json(FUSED, "versions[epoch_ms=12.39].clocks_us.c_w1"), why="C after dH, step 8")),
+    Fig("08", "c038", r"\(([\d.]+) → [\d.]+ ms\)\. The clocks said", Json(FUSED, "versions[epoch_ms=12.22].epoch_ms")),
+    Fig("08", "c038", r"\([\d.]+ → ([\d.]+) ms\)\. The clocks said", Json(FUSED, "versions[epoch_ms=12.39].epoch_ms")),
+    Fig("08", "c038", r"small layer, ([\d.]+) µs, now took", Json(FUSED, "versions[epoch_ms=12.39].clocks_us.spare_small_layer")),
+    Fig("08", "c038", r"spent ([\d.]+) µs staging", Json(FUSED, "versions[epoch_ms=12.39].clocks_us_2.spare_staged")),
+    Fig("08", "c038", r"and ([\d.]+) µs on its sums", Json(FUSED, "versions[epoch_ms=12.39].clocks_us_2.spare_sums")),
+    Fig("08", "c038", r"in shared memory\): ([\d.]+) →", Json(FUSED, "versions[epoch_ms=12.39].clocks_us.spare_small_layer")),
+    Fig("08", "c038", r"in shared memory\): [\d.]+ → ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=10.89].clocks_us.spare_small_layer")),
+    Fig("08", "c038", r"µs, ([\d.]+) → [\d.]+ ms\. The same", Json(FUSED, "versions[epoch_ms=12.39].epoch_ms")),
+    Fig("08", "c038", r"µs, [\d.]+ → ([\d.]+) ms\. The same", Json(FUSED, "versions[epoch_ms=10.89].epoch_ms")),
+    Fig("08", "c038", r"its first part ([\d.]+) →", Json(FUSED, "versions[epoch_ms=10.89].clocks_us.b_h_logits")),
+    Fig("08", "c038", r"its first part [\d.]+ → ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=10.23].clocks_us.b_h_logits")),
+    Fig("08", "c038", r"a row of dH: ([\d.]+) ms\. Then", Json(FUSED, "versions[epoch_ms=10.23].epoch_ms")),
+    Fig("08", "c038", r"not 32\): ([\d.]+) ms\. Measured", Json(FUSED, "versions[epoch_ms=9.91].epoch_ms")),
+    Fig("08", "c038", r"in phase B \(([\d.]+) ms: each lane", Json(FUSED, "versions[epoch_ms=12.7].epoch_ms")),
+    Fig("08", "c038", r"coalesced loads \(([\d.]+) ms: a", Json(FUSED, "versions[epoch_ms=10.93].epoch_ms")),
+    Fig("08", "c038", r"block barrier \(([\d.]+) ms\); two rows", Json(FUSED, "versions[epoch_ms=10.05].epoch_ms")),
+    Fig("08", "c038", r"in `block_grads` \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=10.09].epoch_ms")),
     Fig("08", "cf1", r"Its ([\d.]+) µs overlap", SPARE_US),
     Fig("08", "cg10", r"cut A's staging to ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=16.17].clocks_us.a_x")),
     Fig("08", "cg10", r"6,272 copies took ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=16.17].issue_us")),
@@ -491,10 +514,8 @@ FIGURES = [
         why="the column kernel's softmax, dH and small layer")),
     Fig("08", "cg10", r"Z stored\s+instead of added atomically \(phase B then loads 8 shares a unit: ([\d.]+) ms\)",
         Json(FUSED, "versions[epoch_ms=13.2].epoch_ms")),
-    Fig("08", "cg10", r"at (13) µs a step it is", CLOCK("step"), tol=0.1),
-    Fig("08", "cg10", r"and (10) ms an epoch\.", calc(lambda: 10, why="issue 13's goal, not a measurement")),
+    Fig("08", "cg10", r"at (10) µs a step it is", CLOCK("step"), tol=0.1),
     Fig("08", "cg10", r"on shared memory \(([\d.]+) µs a step\)", Json(FUSED, "versions[epoch_ms=28.61].clocks_us.b_logits")),
-    Fig("08", "cg10", r"way of\s+~(10) ms an epoch", calc(lambda: 10, why="issue 13's goal, not a measurement")),
     Fig("08", "c062", r"and ([\d.]+)× faster than PyTorch with the whole step", calc(lambda g, f: g / f,
         Json(BENCH, "rows[impl=pytorch_graph].epoch_s"), FUSED_S)),
     Fig("08", "c062", r"\((\d+) ms an epoch\), the fair", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
