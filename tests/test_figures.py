@@ -525,7 +525,7 @@ FIGURES = [
     Fig(README, "", r"nbgrader's (30) s per-cell limit", calc(lambda: 30, why="nbgrader's ExecutePreprocessor default")),
     Fig(README, "", r"per-cell limit to (600) s", calc(lambda: _nbgrader_timeout(), why="teachers/nbgrader_config.py")),
     # --- README ---
-    Fig(README, "", r"trains an epoch in about (\d+) ms", calc(lambda s: s * 1e3, FUSED_S)),
+    Fig(README, "", r"trains an epoch in about ([\d.]+) ms", calc(lambda s: s * 1e3, FUSED_S)),
     Fig(README, "", r"(\d+) ms for PyTorch eager", calc(lambda s: s * 1e3, TORCH_S)),
     Fig(README, "", r"against (\d+) ms for PyTorch's CUDA graph", calc(lambda s: s * 1e3,
         Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
