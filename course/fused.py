@@ -10,7 +10,8 @@ whole launch.
 
 Phase A, forward, per tile: the batch's TK inputs X[batch, tile] and the tile of W1 in shared memory (X's tile
 brought by the copy engine during the step before, on a GPU that has one and when the block keeps its tile: one
-copy from X laid out by tiles in the epoch's batch order, tile_rows_kernel; else staged by the threads); each thread
+copy from Xt, where the blocks without a batch row gathered the batch's tiles, gather_tiles; else staged by the
+threads); each thread
 sums a 4-row x 4-unit block of X W1 over its chunks of 4 inputs (16-byte shared loads, forward_tile), the 16 lanes
 that split a block's chunks add their sums with shuffles, and each adds one cell, atomically, into Z (the
 pre-activations, (B, hidden), zero before the step): 8 tiles add into each cell. The small
@@ -20,7 +21,8 @@ else every block updates a hidden unit after its phase A.
 -- grid barrier: Z is complete, W2, b1, b2 are updated --
 Phase B, backward, per batch row r, a hidden unit per thread: H[r] = ReLU(Z[r] + b1) (Z[r] zeroed again), the
 logits (warp shuffles add a warp's units), the softmax, the loss, dZ2[r] = (P - onehot) / B and dH[r] =
-(dZ2[r] W2^T) * [H[r] > 0]. The blocks without a row ask the L2 cache for the next batch's X.
+(dZ2[r] W2^T) * [H[r] > 0]. The blocks without a row gather the next batch's tiles of X into Xt for the copy
+engine (without one, they ask the L2 cache for its rows).
 -- grid barrier: dZ2, dH, H are complete --
 Phase C, update W1: per tile dW1[tile] = X[batch, tile]^T dH[:, tile] (the X still in shared memory from phase A;
 4 x 4 blocks in registers over 1/8 of the rows, block_grads, added across 8 lanes by shuffles, update_cells) and
@@ -116,7 +118,7 @@ if course.SIMULATOR:
         """Not in the simulator (has_copy_engine() is False)."""
         raise NotImplementedError("the copy engine needs a GPU of compute capability 9.0 or more")
 
-    copy_expect = copy_tile = copy_done = copy_fence = copy_init
+    copy_expect = copy_tile = copy_done = copy_fence = copy_fence_global = copy_init
 
     def load4(a, i):
         """a[i], a[i + 1], a[i + 2], a[i + 3]."""
@@ -257,6 +259,16 @@ else:
         return types.void(), codegen
 
     @intrinsic
+    def copy_fence_global(typingctx):
+        """Order this thread's accesses to device memory before and after it with the copy engine's (PTX
+        fence.proxy.async.global): after gather_tiles' writes to Xt, and before a copy from there."""
+        def codegen(context, builder, sig, args):
+            if has_copy_engine():
+                _ptx(builder, "fence.proxy.async.global;", "", [])
+            return context.get_dummy_value()
+        return types.void(), codegen
+
+    @intrinsic
     def copy_done(typingctx, mbar, parity):
         """1 when mbar[0] has completed its phase of parity `parity` (0, 1, 0, ...): all its bytes landed, and they
         are visible to this thread; else 0 (PTX mbarrier.try_wait.parity, which waits a while itself)."""
@@ -339,8 +351,29 @@ def copy_x(Xt, row, B, sX, mbar):
     Xt[row:row + B] (a batch's tile: B x TK floats in a row of memory) into sX[:B], and goes on at once. The rows
     past the batch keep the zeros of start_copies."""
     if cuda.threadIdx.x == cuda.blockDim.x - 1:  # the last warp: in phase C, one with no dW1 block to sum
+        copy_fence_global()                      # gather_tiles' writes (seen through a grid barrier) before the copy
         copy_expect(mbar, B * TK * 4)
         copy_tile(sX, Xt, row, B * TK * 4, mbar)
+
+
+@cuda.jit(device=True)
+def gather_tiles(X, perm, base, B, Xt, row0, v, stride):
+    """Xt[row0 + kt MAX_BATCH + r, kk] = X[perm[base + r], kt TK + kk] for the rows r < B, zeros past the inputs:
+    the batch's tile of inputs kt is ONE run of memory for copy_x. Thread v of `stride` threads writes the cells
+    v, v + stride, ... (consecutive threads, consecutive inputs of a row of X), then fences its writes before the
+    copy engine's reads. Unsigned indices, constant divisors: few registers, in the middle of the epoch kernel."""
+    K = uint64(X.shape[1])
+    n = (K + uint64(TK - 1)) // uint64(TK) * uint64(MAX_BATCH * TK)      # cells of the batch's tiles
+    v = uint64(v)
+    while v < n:
+        q = v // uint64(TK)                      # the row of Xt: tile q // MAX_BATCH, batch row q % MAX_BATCH
+        r = q % uint64(MAX_BATCH)
+        k = q // uint64(MAX_BATCH) * uint64(TK) + (v - q * uint64(TK))
+        if r < uint64(B):
+            row = uint64(perm[uint64(base) + r])
+            Xt[uint64(row0) + q, v - q * uint64(TK)] = X[row, min(k, K - uint64(1))] if k < K else float32(0.0)
+        v += uint64(stride)
+    copy_fence_global()
 
 
 @cuda.jit(device=True)
@@ -499,9 +532,9 @@ def phase_a(X, perm, base, W1, Z, sX, sW, sP, origin, fresh_w, mbar, copies, T, 
         stamp(T, i, 6)
         forward_tile(sX, sW, B, j0, Z, sP[P_CELLS - 512:])
         tile += cuda.gridDim.x
-        if tile < ntiles:
+        if tile < ntiles:                        # (a division: only when there is a next tile)
             cuda.syncthreads()                   # sX and sW are read: the next tile may be staged
-        k0, j0 = tile_origin(tile, hidden)
+            k0, j0 = tile_origin(tile, hidden)
     stamp(T, i, 8)
 
 
@@ -624,28 +657,23 @@ def phase_b(y, perm, base, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
 
 
 @cuda.jit(device=True)
-def prefetch_next(X, perm, base, B, Xt):
-    """The blocks without a batch row (during phase B) ask the L2 cache for the next batch's X: its rows of X, or
-    when Xt has rows, its tiles there (what the copy engine reads): a 128-byte line per thread."""
+def prefetch_next(X, perm, base, B, Xt, row0):
+    """The blocks without a batch row (during phase B) prepare the next batch's X: when Xt has rows, they gather
+    its tiles into Xt[row0:] (gather_tiles), for the copy engine; else they ask the L2 cache for its rows of X,
+    a 128-byte line per thread."""
     if cuda.blockIdx.x < B or base + 2 * B > perm.shape[0]:
         return
     v = (cuda.blockIdx.x - B) * cuda.blockDim.x + cuda.threadIdx.x
     stride = (cuda.gridDim.x - B) * cuda.blockDim.x
-    n = perm.shape[0]
     if Xt.shape[0] > 0:
-        lines = (B * TK + 31) // 32              # a tile of a batch: B x TK floats in a row
-        while v < (Xt.shape[0] // n) * lines:
-            kt = v // lines
-            c = (v - kt * lines) * 32
-            prefetch_l2(Xt, kt * n + base + B + c // TK, c % TK)
-            v += stride
-    else:
-        K = X.shape[1]
-        lines = (K + 31) // 32 + 1               # 128-byte lines of a row of X (one more when unaligned)
-        while v < B * lines:
-            rr = v // lines
-            prefetch_l2(X, perm[base + B + rr], min((v - rr * lines) * 32, K - 1))
-            v += stride
+        gather_tiles(X, perm, base + B, B, Xt, row0, v, stride)
+        return
+    K = X.shape[1]
+    lines = (K + 31) // 32 + 1                   # 128-byte lines of a row of X (one more when unaligned)
+    while v < B * lines:
+        rr = v // lines
+        prefetch_l2(X, perm[base + B + rr], min((v - rr * lines) * 32, K - 1))
+        v += stride
 
 
 # %% notebooks/08_performance.ipynb cell cf2
@@ -959,28 +987,23 @@ def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar, 
                 cuda.syncthreads()
                 stamp(T, i, 15)
                 if copies:                       # the last thread: in a warp without a block when nt > C_WORK
-                    copy_x(Xt, (k0 // TK) * perm.shape[0] + base + B, B, sX, mbar)
+                    copy_x(Xt, tile_rows(i + 1, k0, B, K), B, sX, mbar)
             if u < C_WORK or _SIM:
                 update_cells(lr, W1, k0, j0, sW, u, acc, sP[P_CELLS - 512:])
             u0 += nt
         cuda.syncthreads()                       # sW is updated
         stamp(T, i, 14)
         tile += cuda.gridDim.x
-        k0, j0 = tile_origin(tile, hidden)
+        if tile < ntiles:                        # (a division: only when there is a next tile)
+            k0, j0 = tile_origin(tile, hidden)
 
 
 # %% notebooks/08_performance.ipynb cell c047
-@cuda.jit
-def tile_rows_kernel(X, perm, Xt):
-    """Xt[kt n + i, kk] = X[perm[i], kt TK + kk], zeros past the inputs (n = len(perm)): for each tile of inputs
-    kt, the epoch's rows of X in batch order, one after another, so that a batch's tile is ONE run of memory.
-    A block per row of Xt, a thread per input: one division per block."""
-    n, K = perm.shape[0], X.shape[1]
-    r, kk = cuda.blockIdx.x, cuda.threadIdx.x    # the row of Xt: tile kt, batch row i of the epoch
-    kt = r // n
-    k = kt * TK + kk
-    if r < Xt.shape[0] and kk < TK:
-        Xt[r, kk] = X[perm[r - kt * n], min(k, K - 1)] if k < K else float32(0.0)
+@cuda.jit(device=True)
+def tile_rows(i, k0, B, K):
+    """The first row in Xt of the tile of inputs k0 ... of the launch's step i (gather_tiles): two batches' tiles,
+    steps i and i + 1 at rows (i % 2) x the tiles of a batch x MAX_BATCH and ((i + 1) % 2) x ..."""
+    return ((i % 2) * ((K + TK - 1) // TK) + k0 // TK) * MAX_BATCH
 
 
 @cuda.jit(**_JIT)
@@ -999,7 +1022,7 @@ def backward_kernel(y, perm, step, X, b1, W2, b2, Z, H, dZ2, dH, losses, T):
     """Phase B of step `step` as its own launch (any grid: blocks stride over the batch rows)."""
     sP = cuda.shared.array(P_CELLS, float32)
     phase_b(y, perm, step * H.shape[0], Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, 0)
-    prefetch_next(X, perm, step * H.shape[0], H.shape[0], X[:0])
+    prefetch_next(X, perm, step * H.shape[0], H.shape[0], X[:0], 0)
 
 
 @cuda.jit(**_JIT)
@@ -1023,9 +1046,10 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     The small layer of step i (W2, b1, b2) is updated before barrier 1 of step i + 1 (only phase B reads it): by
     the blocks without a tile while the others do phases C and A, or by every block after its phase A; the last
     step's after the loop. T: the clocks, (steps recorded, blocks, NPOINTS), or (0, 1, NPOINTS) for none. bar:
-    grid_barrier's count (uint64, a multiple of gridDim before the launch: every launch adds 2 nsteps gridDim).
-    Xt: X tiled for the copy engine (tile_rows_kernel), or no rows: when every block has a tile and Xt has rows,
-    the copy engine brings each batch's X[batch, tile] from there during the step before's phase C."""
+    grid_barrier's count (uint64, a multiple of gridDim before the launch: every launch adds 2 nsteps gridDim, and one more with Xt).
+    Xt: room for two batches' tiles of X (gather_tiles), or no rows: when every block has a tile, some have no
+    batch row and Xt has rows, the blocks without a row gather the next batch's tiles there during phase B, and the
+    copy engine brings each block's X[batch, tile] from there during phase C."""
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # the copy engine's count of the bytes landed
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
@@ -1038,9 +1062,14 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     origin = tile_origin(cuda.blockIdx.x, W1.shape[1])   # (k0, j0) of the block's first tile, computed once
     spare = (cuda.gridDim.x >= ntiles + (W1.shape[1] + UJ - 1) // UJ    # blocks with no tile: the small layer,
              and cuda.blockDim.x >= UJ * (W2.shape[1] + 1) + W2.shape[1])  # a thread per parameter
-    copies = Xt.shape[0] > 0 and kept and cuda.blockIdx.x < ntiles
+    gathers = Xt.shape[0] > 0 and kept and cuda.gridDim.x > B         # blocks without a row gather the tiles
+    copies = gathers and cuda.blockIdx.x < ntiles
+    if gathers:                                  # the first batch's tiles, by every block
+        gather_tiles(X, perm, step0 * B, B, Xt, 0, cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x,
+                     cuda.gridDim.x * cuda.blockDim.x)
+        grid_barrier(grid, bar)
     if copies:                                   # the first batch's X[batch, tile]
-        start_copies(Xt, (origin[0] // TK) * perm.shape[0] + step0 * B, B, sX, mbar)
+        start_copies(Xt, tile_rows(0, origin[0], B, W1.shape[0]), B, sX, mbar)
     for i in range(nsteps):
         step = step0 + i
         stamp(T, i, 0)
@@ -1053,7 +1082,7 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
         grid_barrier(grid, bar)                  # Z is complete, W2, b1 and b2 are updated
         stamp(T, i, 2)
         phase_b(y, perm, step * B, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i)
-        prefetch_next(X, perm, step * B, B, Xt)
+        prefetch_next(X, perm, step * B, B, Xt, tile_rows(i + 1, 0, B, W1.shape[0]))
         stamp(T, i, 3)
         grid_barrier(grid, bar)                  # H, dZ2 and dH are complete, Z is zero again
         stamp(T, i, 4)
@@ -1068,8 +1097,7 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
 
 # %% notebooks/08_performance.ipynb cell c048
 MODES = ("phases", "step", "epoch")  # 3 launches per step, 1 cooperative launch per step, 1 per epoch
-LAUNCHES_PER_STEP = {"phases": 3, "step": 1, "epoch": 0}  # plus one per epoch that zeroes the losses (and one
-# that tiles X for the copy engine, in modes "step" and "epoch")
+LAUNCHES_PER_STEP = {"phases": 3, "step": 1, "epoch": 0}  # plus one per epoch that zeroes the losses
 
 
 class FusedTrainer:
@@ -1103,7 +1131,8 @@ class FusedTrainer:
         self.no_clocks = cuda.device_array((0, 1, NPOINTS), np.uint64)
         self.bar = cuda.to_device(np.zeros(1, np.uint64))              # grid_barrier's count
         self.no_tiles = cuda.device_array((0, TK), np.float32)            # Xt without rows: no copy engine
-        self.Xt = None                                                     # X tiled for the copy engine
+        self.Xt = None                                                     # the batches' tiles for the copy engine
+        self.copies = has_copy_engine()
         self.ntiles = cdiv(K, TK) * cdiv(hidden, TJ)
         self._blocks = blocks
         self.batch_size = batch_size
@@ -1155,16 +1184,16 @@ class FusedTrainer:
         return (X_d, y_d, perm_d, step0, nsteps, self.lr, *self.W, self.Z, self.H, self.dZ2, self.dH, losses, T,
                 self.bar, self.no_tiles if Xt is None else Xt)
 
-    def tiled(self, X_d, perm_d):
-        """X's tiles in the epoch's batch order, for the copy engine (fused_steps_kernel's Xt: cdiv(K, TK) x
-        len(perm) rows of TK floats, 192 MB for MNIST), gathered by one launch; no rows where the GPU has no copy
-        engine."""
-        if not has_copy_engine():
+    def x_tiles(self, X_d, perm_d, grid, nsteps):
+        """fused_steps_kernel's Xt: room for two batches' tiles of X (2 x cdiv(K, TK) x MAX_BATCH rows of TK floats,
+        400 KB for MNIST), which the kernel gathers for the copy engine, when the GPU has one, the launch runs more than
+        one step and the grid has a block per tile and blocks without a batch row; else no rows (the threads
+        stage X)."""
+        if not (self.copies and nsteps > 1 and grid >= self.ntiles and grid > self.batch_size):
             return self.no_tiles
-        shape = (cdiv(X_d.shape[1], TK) * perm_d.shape[0], TK)
+        shape = (2 * cdiv(X_d.shape[1], TK) * MAX_BATCH, TK)
         if self.Xt is None or self.Xt.shape != shape:
             self.Xt = cuda.device_array(shape, np.float32)
-        tile_rows_kernel[shape[0], cdiv(TK, 32) * 32](X_d, perm_d, self.Xt)
         return self.Xt
 
     def launch_step(self, X_d, y_d, idx, loss, stream=0):
@@ -1197,13 +1226,13 @@ class FusedTrainer:
                 self.launch_phases(X_d, y_d, perm_d, step, losses)
             return losses
         T = self.no_clocks if clocks is None else clocks
-        Xt = self.tiled(X_d, perm_d)
         chunks = [(s, 1) for s in range(nsteps)] if self.mode == "step" else [(0, nsteps)]
         for step0, n in chunks:
-            args = self._args(X_d, y_d, perm_d, step0, n, losses, T, Xt)
+            args = self._args(X_d, y_d, perm_d, step0, n, losses, T)
             grid = self.grid(args)
             if clocks is not None:
                 require("clocks", clocks, np.uint64, shape=(nsteps, grid, NPOINTS))
+            args = self._args(X_d, y_d, perm_d, step0, n, losses, T, self.x_tiles(X_d, perm_d, grid, n))
             self.kernel[grid, self.threads](*args)
         return losses
 
@@ -1231,12 +1260,15 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
     params = init_params(hidden, seed, n_in=X_train.shape[1])
     trainer = FusedTrainer(params, batch_size, lr, mode=mode, threads=threads, blocks=blocks)
     losses = cuda.device_array(n // batch_size, np.float32)
+    perm_h = cuda.pinned_array(n, np.int64)      # the epoch's order: host memory the GPU copies from by itself
+    perm_d = cuda.device_array(n, np.int64)      # one buffer for every epoch (cuda.to_device would allocate one)
     rng = np.random.default_rng(seed)
     hist = dict(step=[], loss=[], epoch=[], mode=mode)
     for epoch in range(1, epochs + 1):
         perm = rng.permutation(len(X_train))[:n]    # drawn before the clock starts, as in course.graphs.fit_graph
         t0 = time.perf_counter()
-        perm_d = cuda.to_device(perm)
+        perm_h[:] = perm
+        perm_d.copy_to_device(perm_h, stream=cuda.default_stream())   # queued: the launches need not wait for it
         trainer.epoch(X_d, y_d, perm_d, losses)
         cuda.synchronize()
         seconds = time.perf_counter() - t0

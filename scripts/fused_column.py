@@ -23,6 +23,7 @@ from numba import cuda, float32, int32, types, uint64
 import course
 from course.fused import (CLOCK_PARTS, DH_CELLS, MAX_BATCH, NC_PAD, P_CELLS, TJ, TK, W_CELLS, X_ALIGN, X_CELLS,
                           FusedTrainer, add_partials, copy_x, forward_partials, grid_barrier, halve, shfl_xor,
+                          has_copy_engine,
                           stage_w, stage_x, stamp, start_copies, tile_grads, tile_origin, update_tile, wait_x,
                           _JIT, sgd_epoch_ref)  # noqa: F401  (sgd_epoch_ref, CLOCK_PARTS: for the tests)
 from course.util import cdiv
@@ -362,6 +363,19 @@ COLUMN_PARTS = {   # course.fused.CLOCK_PARTS for fused_column_kernel
 
 
 
+@cuda.jit
+def tile_rows_kernel(X, perm, Xt):
+    """Xt[kt n + i, kk] = X[perm[i], kt TK + kk], zeros past the inputs (n = len(perm)): for each tile of inputs
+    kt, the epoch's rows of X in batch order, one after another, so that a batch's tile is ONE run of memory.
+    A block per row of Xt, a thread per input: one division per block."""
+    n, K = perm.shape[0], X.shape[1]
+    r, kk = cuda.blockIdx.x, cuda.threadIdx.x    # the row of Xt: tile kt, batch row i of the epoch
+    kt = r // n
+    k = kt * TK + kk
+    if r < Xt.shape[0] and kk < TK:
+        Xt[r, kk] = X[perm[r - kt * n], min(k, K - 1)] if k < K else float32(0.0)
+
+
 class ColumnTrainer(FusedTrainer):
     """course.fused.FusedTrainer with fused_column_kernel (mode "epoch" only: one launch per epoch, one barrier a
     step). It needs a block per tile: in the simulator, one tile (at most 100 inputs and 8 hidden units)."""
@@ -385,6 +399,18 @@ class ColumnTrainer(FusedTrainer):
     def _args(self, X_d, y_d, perm_d, step0, nsteps, losses, T, Xt=None):
         return (X_d, y_d, perm_d, step0, nsteps, self.lr, *self.W, self.Z, self.H, self.L, self.cnt, losses, T,
                 self.bar, self.no_tiles if Xt is None else Xt)
+
+    def x_tiles(self, X_d, perm_d, grid, nsteps):
+        """X's tiles in the epoch's batch order, for the copy engine (fused_column_kernel's Xt: cdiv(K, TK) x
+        len(perm) rows of TK floats, 192 MB for MNIST), laid out by one launch (course.fused gathers two batches'
+        tiles inside its kernel instead); no rows where the GPU has no copy engine."""
+        if not has_copy_engine():
+            return self.no_tiles
+        shape = (cdiv(X_d.shape[1], TK) * perm_d.shape[0], TK)
+        if self.Xt is None or self.Xt.shape != shape:
+            self.Xt = cuda.device_array(shape, np.float32)
+        tile_rows_kernel[shape[0], cdiv(TK, 32) * 32](X_d, perm_d, self.Xt)
+        return self.Xt
 
     def grid(self, args):
         """A block per tile, and no more."""

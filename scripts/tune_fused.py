@@ -23,7 +23,7 @@ for arg in sys.argv[1:]:
         name, value = arg.split("=")
         setattr(fused, name, int(value))
 if "--no-copies" in sys.argv:
-    fused.FusedTrainer.tiled = lambda self, X_d, perm_d: self.no_tiles
+    fused.FusedTrainer.x_tiles = lambda self, X_d, perm_d, grid, nsteps: self.no_tiles
 if "--column" in sys.argv:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import fused_column  # noqa: E402

@@ -282,7 +282,7 @@ from course.fused import CLOCK_PARTS  # noqa: E402
 CLOCK = lambda part: Out("08", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
 SPARE_US = CLOCK(r"the step before's W2, b1, b2 in the spare blocks \(off the path: from C to barrier 1\)")
 FINAL = "versions[epoch_ms=12.22]"    # course.fused after step 7 (the copy engine): its row of fused-h200.json
-NOW = "versions[epoch_ms=9.96]"       # course.fused now: its row of fused-h200.json
+NOW = "versions[epoch_ms=8.56]"       # course.fused now: its row of fused-h200.json
 A_FWD = CLOCK(r"A: X W1 in registers, added across lanes \(shuffles\) and into Z \(atomics\)")
 MB_IMAGES = 60000 * 784 * 4
 STEPS = 60000 // 64
@@ -413,7 +413,7 @@ FIGURES = [
     Fig("08", "c062", r"an L2 hit alone is about (\d+) ns", Json(FUSED, "latency_probe.l2_hit_ns")),
     Fig("08", "c062", r"a trip to DRAM about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
     Fig("08", "c062", r"Phase A's sums, shuffles and atomics still take about ([\d.]+) µs", A_FWD),
-    Fig("08", "c062", r"small part of an (\d+) µs step", LADDER("fused epoch (1/epoch)")),
+    Fig("08", "c062", r"small part of the\s+(\d+) µs step", LADDER("fused epoch (1/epoch)")),
     Fig("08", "c062", r"by a launch \(~(\d+) µs\)", LAUNCH_3),
     Fig("08", "c062", r"works it out: (25) %\)", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
     # --- notebook 08: the fused kernel's versions (results/fused-h200.json) and the CUDA graphs ---
@@ -498,6 +498,26 @@ FIGURES = [
     Fig("08", "c038", r"coalesced loads \(([\d.]+) ms: a", Json(FUSED, "versions[epoch_ms=10.93].epoch_ms")),
     Fig("08", "c038", r"block barrier \(([\d.]+) ms\); two rows", Json(FUSED, "versions[epoch_ms=10.05].epoch_ms")),
     Fig("08", "c038", r"in `block_grads` \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=10.09].epoch_ms")),
+    Fig("08", "c038", r"A step needs (\d+) KB of it", calc(lambda: 8 * 64 * 100 * 4 / 1024, why="8 tiles x 64 rows x 100 inputs, float32"), tol=0.03),
+    Fig("08", "c038", r"the\s+next batch's (\d+) tiles", calc(lambda: -(-784 // 100), why="tiles of 100 of the 784 inputs")),
+    Fig("08", "c038", r"during phase B (\d+) blocks have no batch row", calc(lambda sms: sms - 64, Json(BENCH, "device.sms"), why="a block per SM, 64 batch rows")),
+    Fig("08", "c038", r"room\s+for two batches \((\d+) KB\)", calc(lambda: 2 * 8 * 64 * 100 * 4 / 1024, why="two batches' tiles"), tol=0.03),
+    Fig("08", "c038", r"orders the copy engine with them\.\s+([\d.]+) →", Json(FUSED, "versions[epoch_ms=9.94].epoch_ms")),
+    Fig("08", "c038", r"orders the copy engine with them\.\s+[\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=9.64].epoch_ms")),
+    Fig("08", "c038", r"cost more than the launch\s+\(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=10.85].epoch_ms")),
+    Fig("08", "c038", r"each of the (64) is issued", calc(lambda: 64, why="a copy per batch row")),
+    Fig("08", "c038", r"phase A's sums ([\d.]+) → [\d.]+ µs, the step", Json(FUSED, "versions[epoch_ms=9.64].clocks_us.a_fwd")),
+    Fig("08", "c038", r"phase A's sums [\d.]+ → ([\d.]+) µs, the step", Json(FUSED, NOW + ".clocks_us.a_fwd")),
+    Fig("08", "c038", r"the step\s+([\d.]+) → [\d.]+ µs, [\d.]+ →", Json(FUSED, "versions[epoch_ms=9.64].clocked_step_us")),
+    Fig("08", "c038", r"the step\s+[\d.]+ → ([\d.]+) µs, [\d.]+ →", Json(FUSED, NOW + ".clocked_step_us")),
+    Fig("08", "c038", r"µs, ([\d.]+) → [\d.]+ ms\. Measured and not\s+kept", Json(FUSED, "versions[epoch_ms=9.64].epoch_ms")),
+    Fig("08", "c038", r"µs, [\d.]+ → ([\d.]+) ms\. Measured and not\s+kept", Json(FUSED, NOW + ".epoch_ms")),
+    Fig("08", "c038", r"in `grid_barrier` after that \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=9.17].epoch_ms")),
+    Fig("08", "cg10", r"\| 15 → 1 \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
+    Fig("08", "cg10", r"\| 15 → 1 \| about \d+ \| \*\*about (\d+)\*\*", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
+    Fig("08", "cg10", r"1 kernel per epoch\) \| 0 \| about (\d+) \|", calc(lambda s: s * 1e3, FUSED_S)),
+    Fig("08", "cg10", r"\| 1 \| about (\d+) \(eager\)", calc(lambda s: s * 1e3, TORCH_S), tol=0.01),
+    Fig("08", "cg10", r"\(eager\) \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
     Fig("08", "cf1", r"Its ([\d.]+) µs overlap", SPARE_US),
     Fig("08", "cg10", r"cut A's staging to ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=16.17].clocks_us.a_x")),
     Fig("08", "cg10", r"6,272 copies took ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=16.17].issue_us")),

@@ -75,7 +75,8 @@ def test_phase_kernels_on_several_blocks_match_the_numpy_twin(data, blocks, hidd
 def test_epoch_kernel_on_a_gpu_matches_the_numpy_twin(data, blocks):
     """The epoch kernel with 512 threads (hidden 40: 5 tiles): with blocks to spare the blocks without a tile
     update the small layer (update_small), with 5 blocks every block updates a hidden unit after phase A, with 3
-    each block restages its tiles; grid_barrier's count grows by 2 gridDim a step and stays a multiple of it."""
+    each block restages its tiles; grid_barrier's count grows by 2 gridDim a step (and gridDim a launch when the
+    kernel gathers X's tiles for the copy engine) and stays a multiple of it."""
     from numba import cuda
     X, y = data[0], data[1]
     params = init_params(40, SEED, n_in=X.shape[1])
@@ -91,16 +92,17 @@ def test_epoch_kernel_on_a_gpu_matches_the_numpy_twin(data, blocks):
         got = params.to_host()
         for name in want:
             np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=0, err_msg=name)
-        assert int(t.bar.copy_to_host()[0]) == (epoch + 1) * 2 * STEPS * t._blocks
+        assert int(t.bar.copy_to_host()[0]) == (epoch + 1) * (2 * STEPS + (t.Xt is not None)) * t._blocks
     assert (t._blocks > t.ntiles + 1) == (blocks is None)
 
 
 @pytest.mark.skipif(course.SIMULATOR, reason="the copy engine is a GPU's")
-@pytest.mark.parametrize("batch,hidden", [(64, 128), (37, 24)])
-def test_the_copy_engine_brings_every_tile_of_x(batch, hidden):
+@pytest.mark.parametrize("batch,hidden,blocks", [(64, 128, None), (37, 24, 40)])
+def test_the_copy_engine_brings_every_tile_of_x(batch, hidden, blocks):
     """784 inputs (tiles of 100: the last 84 wide, its other 16 columns zeros), a block per tile and more: the
-    epoch kernel with X tiled for the copy engine (tile_rows_kernel) matches the twin, and so does the same
-    trainer with the threads staging X; a batch of 37 leaves 27 rows of sX at their zeros."""
+    epoch kernel with the batches' tiles gathered in the kernel for the copy engine (gather_tiles) matches the
+    twin, and so does the same trainer with the threads staging X; Xt holds the last two batches' tiles; a batch
+    of 37 leaves 27 rows of sX at their zeros (40 blocks: 3 without a row gather the tiles)."""
     from numba import cuda
 
     from course.fused import TK, has_copy_engine
@@ -111,9 +113,8 @@ def test_the_copy_engine_brings_every_tile_of_x(batch, hidden):
     start = init_params(hidden, SEED).to_host()
     for copies in (True, False):
         params = init_params(hidden, SEED)
-        t = FusedTrainer(params, batch, LR, mode="epoch")
-        if not copies:
-            t.tiled = lambda X_d, perm_d: t.no_tiles
+        t = FusedTrainer(params, batch, LR, mode="epoch", blocks=blocks)
+        t.copies = copies and t.copies
         losses = t.epoch(X_d, y_d, perm_d, cuda.device_array(5, np.float32)).copy_to_host()
         want_losses, want = sgd_epoch_ref(X, y, perm, start, batch, LR)
         np.testing.assert_allclose(losses, want_losses, atol=1e-5, rtol=0)
@@ -122,10 +123,13 @@ def test_the_copy_engine_brings_every_tile_of_x(batch, hidden):
             np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=0, err_msg=name)
         if copies:
             assert has_copy_engine() == (t.Xt is not None)
-            if t.Xt is not None:                 # the last tile's rows: 84 inputs, then zeros
-                Xt = t.Xt.copy_to_host().reshape(8, len(perm), TK)
-                np.testing.assert_array_equal(Xt[7, :, :84], X[perm, 700:])
-                assert not np.any(Xt[7, :, 84:])
+            if t.Xt is not None:                 # steps 4 and 3, in slots 0 and 1; the last tile: 84 inputs, zeros
+                Xt = t.Xt.copy_to_host().reshape(2, 8, 64, TK)[:, :, :batch]    # MAX_BATCH rows a tile
+                for slot, step in ((0, 4), (1, 3)):
+                    rows = perm[step * batch:(step + 1) * batch]
+                    np.testing.assert_array_equal(Xt[slot, :7].transpose(1, 0, 2).reshape(batch, 700), X[rows, :700])
+                    np.testing.assert_array_equal(Xt[slot, 7, :, :84], X[rows, 700:])
+                    assert not np.any(Xt[slot, 7, :, 84:])
 
 
 def test_arguments_are_checked(data):

@@ -88,7 +88,6 @@ PERF = {  # every kernel of notebook 08 (course.perf, course.graphs, course.fuse
     "course.fused:backward_kernel": [_BWD.format(y=_I), _BWD.format(y="int32[::1]")],
     "course.fused:update_kernel": [_UPD],
     "course.fused:fused_steps_kernel": [_STEPS.format(y=_I), _STEPS.format(y="int32[::1]")],
-    "course.fused:tile_rows_kernel": [f"{_M2}, {_I}, {_M2}"],
 }
 
 TABLES = {"support": SUPPORT, "data": DATA, "forward": FORWARD, "loss": LOSS, "grad": GRAD, "update": UPDATE,
