@@ -11,10 +11,9 @@ whole launch.
 Phase A, forward, per tile: the batch's TK inputs X[batch, tile] and the tile of W1 in shared memory (X's tile
 brought by the copy engine during the step before, on a GPU that has one and when the block keeps its tile: one
 copy from Xt, where the blocks without a batch row gathered the batch's tiles, gather_tiles; else staged by the
-threads); each thread
-sums a 4-row x 4-unit block of X W1 over its chunks of 4 inputs (16-byte shared loads, forward_tile), the 16 lanes
-that split a block's chunks add their sums with shuffles, and each adds one cell, atomically, into Z (the
-pre-activations, (B, hidden), zero before the step): 8 tiles add into each cell. The small
+threads); each thread sums a 4-row x 4-unit block of X W1 over its chunks of 4 inputs (16-byte shared loads,
+forward_tile), the 16 lanes that split a block's chunks add their sums with shuffles, and each adds one cell,
+atomically, into Z (the pre-activations, (B, hidden), zero before the step): 8 tiles add into each cell. The small
 layer of the step before (W2, b1, b2), which phase A does not read: when the grid has blocks without a tile (4 of
 132 on an H200), they update it, UJ = 32 hidden units each, while the tile blocks work through phases C and A;
 else every block updates a hidden unit after its phase A.
@@ -1046,10 +1045,11 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     The small layer of step i (W2, b1, b2) is updated before barrier 1 of step i + 1 (only phase B reads it): by
     the blocks without a tile while the others do phases C and A, or by every block after its phase A; the last
     step's after the loop. T: the clocks, (steps recorded, blocks, NPOINTS), or (0, 1, NPOINTS) for none. bar:
-    grid_barrier's count (uint64, a multiple of gridDim before the launch: every launch adds 2 nsteps gridDim, and one more with Xt).
-    Xt: room for two batches' tiles of X (gather_tiles), or no rows: when every block has a tile, some have no
-    batch row and Xt has rows, the blocks without a row gather the next batch's tiles there during phase B, and the
-    copy engine brings each block's X[batch, tile] from there during phase C."""
+    grid_barrier's count (uint64, a multiple of gridDim before the launch: every launch adds 2 nsteps gridDim, and
+    gridDim more when it gathers into Xt). Xt: room for two batches' tiles of X (gather_tiles), or no rows: when
+    every block has a tile, some have no batch row and Xt has rows, the blocks without a row gather the next
+    batch's tiles there during phase B, and the copy engine brings each block's X[batch, tile] from there during
+    phase C."""
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # the copy engine's count of the bytes landed
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
@@ -1186,8 +1186,8 @@ class FusedTrainer:
 
     def x_tiles(self, X_d, perm_d, grid, nsteps):
         """fused_steps_kernel's Xt: room for two batches' tiles of X (2 x cdiv(K, TK) x MAX_BATCH rows of TK floats,
-        400 KB for MNIST), which the kernel gathers for the copy engine, when the GPU has one, the launch runs more than
-        one step and the grid has a block per tile and blocks without a batch row; else no rows (the threads
+        400 KB for MNIST), which the kernel gathers for the copy engine, when the GPU has one, the launch runs more
+        than one step and the grid has a block per tile and blocks without a batch row; else no rows (the threads
         stage X)."""
         if not (self.copies and nsteps > 1 and grid >= self.ntiles and grid > self.batch_size):
             return self.no_tiles
