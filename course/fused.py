@@ -283,8 +283,9 @@ else:
     @cuda.jit(device=True, inline=True)
     def grid_barrier(grid, bar):
         """Every block waits here until all gridDim blocks arrived. bar[0]: a count that only grows, a multiple of
-        gridDim between barriers (grid: unused here). Thread 0 of each block counts in and spins on a plain load:
-        one trip to memory to arrive, one to see the last arrival (cuda.cg's grid.sync() adds fences)."""
+        gridDim between barriers (grid: unused here). Thread 0 of each block counts in (arrive: release
+        semantics) and spins on a load with acquire semantics (arrived): one trip to memory to arrive, one to see
+        the last arrival (cuda.cg's grid.sync() adds fences)."""
         cuda.syncthreads()
         if cuda.threadIdx.x == 0:
             G = uint64(cuda.gridDim.x)
@@ -1047,9 +1048,9 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     step's after the loop. T: the clocks, (steps recorded, blocks, NPOINTS), or (0, 1, NPOINTS) for none. bar:
     grid_barrier's count (uint64, a multiple of gridDim before the launch: every launch adds 2 nsteps gridDim, and
     gridDim more when it gathers into Xt). Xt: room for two batches' tiles of X (gather_tiles), or no rows: when
-    every block has a tile, some have no batch row and Xt has rows, the blocks without a row gather the next
-    batch's tiles there during phase B, and the copy engine brings each block's X[batch, tile] from there during
-    phase C."""
+    every tile has a block of its own, some blocks have no batch row and Xt has rows, the blocks without a row
+    gather the next batch's tiles there during phase B, and the copy engine brings each block's X[batch, tile]
+    from there during phase C."""
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # the copy engine's count of the bytes landed
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
