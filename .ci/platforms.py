@@ -66,8 +66,11 @@ def check(name, pins):
         problems.append(f"numba-cuda {nc} on {name}: simulator-only builds are for macOS, and only there")
     if name.startswith("macOS") and any(p.startswith(("cuda-bindings", "nvidia-")) for p in pins):
         problems.append("CUDA wheels resolved for macOS")
-    if tuple(int(x) for x in pins.get("numpy", "9").split(".")[:2]) >= (2, 5):
-        problems.append(f"numpy {pins.get('numpy')}: keep numpy < 2.5")
+    from course import versions
+    for pkg in versions.RANGES:  # numba and numpy inside the ranges `import course` checks (numpy < 2.5, numba < 0.69)
+        line = versions.range_problem(pkg, pins.get(pkg, "0"))
+        if line:
+            problems.append(line)
     summary = ", ".join(f"{p} {pins.get(p)}" for p in NUMBA)
     print(f"{'ok  ' if not problems else 'FAIL'} {name}: {summary}" + "".join(f"\n     {p}" for p in problems))
     return not problems

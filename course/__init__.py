@@ -1,6 +1,7 @@
 """GPU training from scratch: the course's shared package. Importing it picks the GPU or the simulator."""
 import sys as _sys
 
+from . import versions as _versions
 from .device import setup as _setup
 
 # `python -m course ...` reports a bad COURSE_DEVICE (and the simulator's banner) only in the commands that use a
@@ -14,6 +15,14 @@ except ValueError as _e:  # COURSE_DEVICE is not gpu, sim or auto
     if not _CLI:
         raise
     SIMULATOR, WHY, DEVICE_ERROR = None, None, str(_e)
+# A Python, numba or numpy outside the tested ranges (course/versions.py): one line each on stderr. A warning, not
+# an error: the course may still work (and `python -m course doctor` must run to explain it), except numpy >= 2.5
+# on a GPU, where numba-cuda's first compile fails: an error at once instead of a traceback inside numba.
+VERSION_ERROR = _versions.fatal(SIMULATOR) if SIMULATOR is not None else None
+if VERSION_ERROR and not _CLI:
+    raise RuntimeError(VERSION_ERROR)
+if not _CLI:
+    _versions.warn_at_import()
 if SIMULATOR:
     from .device import patch_simulator as _patch
 

@@ -5,11 +5,13 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from course import device
+from course import device, versions
 
-REQUIREMENTS = Path(__file__).resolve().parent.parent / "requirements.txt"
+ROOT = Path(__file__).resolve().parent.parent
+REQUIREMENTS = ROOT / "requirements.txt"
 PLATFORMS = {  # PEP 508 marker values of the platforms the README names
     "Linux x86_64": dict(sys_platform="linux", platform_system="Linux", platform_machine="x86_64", os_name="posix"),
     "Linux aarch64": dict(sys_platform="linux", platform_system="Linux", platform_machine="aarch64", os_name="posix"),
@@ -34,7 +36,7 @@ def requirements(platform, python="3.12"):
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
-@pytest.mark.parametrize("python", ["3.10", "3.12", "3.13"])
+@pytest.mark.parametrize("python", ["3.10", "3.12", "3.13", "3.14"])
 def test_each_platform_gets_one_numba_cuda_the_course_was_written_for(platform, python):
     reqs = requirements(platform, python)
     assert len(reqs.get("numba-cuda", [])) == 1 and len(reqs.get("numba", [])) == 1, reqs
@@ -50,3 +52,39 @@ def test_each_platform_gets_one_numba_cuda_the_course_was_written_for(platform, 
 def test_numpy_stays_below_2_5(platform):
     (numpy,) = requirements(platform)["numpy"]
     assert not numpy.specifier.contains(Version("2.5.0")) and numpy.specifier.contains(Version("2.4.0"))
+
+
+def bounds(specifier):
+    """(lowest allowed, first excluded) of a ">=a.b,<c.d" specifier, as (major, minor) tuples."""
+    by_op = {s.operator: versions.version_tuple(s.version) for s in specifier}
+    return by_op.get(">="), by_op.get("<")
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("name", sorted(versions.RANGES))
+def test_numba_and_numpy_ranges_are_the_ones_import_course_checks(platform, name):
+    (req,) = requirements(platform)[name]
+    assert bounds(req.specifier) == versions.RANGES[name][0], f"{req} vs course/versions.py RANGES[{name!r}]"
+
+
+def test_numba_is_bounded_below_0_69_everywhere():
+    for platform in PLATFORMS:
+        (numba,) = requirements(platform)["numba"]
+        assert not numba.specifier.contains(Version("0.69.0")) and numba.specifier.contains(Version("0.68.1"))
+
+
+def test_requires_python_is_the_range_import_course_checks():
+    import re  # tomllib is Python 3.11+: the one line read by hand
+    (line,) = re.findall(r'^requires-python = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    spec = SpecifierSet(line)
+    (low, high) = versions.PYTHON
+    assert spec.contains(f"{low[0]}.{low[1]}.0") and spec.contains(f"{high[0]}.{high[1]}.9")
+    assert not spec.contains(f"{low[0]}.{low[1] - 1}.9") and not spec.contains(f"{high[0]}.{high[1] + 1}.0")
+
+
+def test_readme_names_the_supported_pythons():
+    text = " ".join((ROOT / "README.md").read_text().split())
+    (low, high), mac = versions.PYTHON, versions.PYTHON_INTEL_MAC
+    assert f"Python {low[0]}.{low[1]} to {high[0]}.{high[1]}" in text
+    assert f"Intel Mac with {low[0]}.{low[1]} to {mac[0]}.{mac[1]}" in text
+    assert "or newer" not in text.split("## Train")[0], "the README's setup must not say 'Python 3.10 or newer'"
