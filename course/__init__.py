@@ -26,7 +26,12 @@ if not _CLI:
 if SIMULATOR:
     from .device import patch_simulator as _patch
 
-    _patch()
+    try:
+        _patch()
+    except (RuntimeError, ImportError) as _e:  # no numba, or a numba-cuda course/device.py was not written for
+        if not _CLI:
+            raise
+        DEVICE_ERROR = " ".join(str(_e).split())  # `python -m course doctor` explains it; other commands stop
 
 
 def banner():
@@ -46,10 +51,12 @@ def pick(gpu, sim):
 
 
 def info():
-    """Print and return the device the kernels run on."""
+    """Print and return the device the kernels run on, and one line on the versions (or their first problem)."""
     from .device import describe, info_line
+    from .tools.doctor import version_summary
     d = describe(SIMULATOR)
     print(info_line(d))
+    print(version_summary())
     return d
 
 

@@ -1,4 +1,4 @@
-"""Command line: python -m course info | train | bench | export [--check] | exercises [--check] | execute | download
+"""Command line: python -m course info | doctor | train | bench | export [--check] | exercises [--check] | execute | download
 | nbgrader-setup | student-build (the last two: teachers' tools, course/tools/teach.py)."""
 import os
 import sys
@@ -6,7 +6,7 @@ import sys
 from .tools import cli_train
 from .tools.cli import CommandError, OneLineParser, device_ready, output_file, positive_int
 
-COMMANDS = "info, train, bench, export, exercises, execute, download, nbgrader-setup, student-build"
+COMMANDS = "info, doctor, train, bench, export, exercises, execute, download, nbgrader-setup, student-build"
 
 
 def run_info(args):
@@ -14,6 +14,11 @@ def run_info(args):
     import course
     course.info()
     return 0
+
+
+def run_doctor(args):
+    from .tools.doctor import main as doctor
+    return doctor()
 
 
 def run_bench(args):
@@ -61,6 +66,8 @@ def parser():
     p = OneLineParser(prog="python -m course", description=__doc__)
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=OneLineParser)
     sub.add_parser("info", help="print the device the kernels run on").set_defaults(run=run_info)
+    sub.add_parser("doctor", help="check Python, the packages, the driver and the GPU: one line with its fix per "
+                                  "problem, exit code 1 if there is any").set_defaults(run=run_doctor)
     cli_train.add_parser(sub)
     b = sub.add_parser("bench", help="time one epoch of the same model through every implementation (notebook 08)")
     b.add_argument("--quick", action="store_true", help="a tiny run that checks the pipeline (works in the simulator)")

@@ -23,15 +23,32 @@ SIMULATOR_ONLY = {"0.20.1": "numba-cuda 0.20.1 (the macOS build) has only the si
                             "and its compiler does not work with the numba it is installed with"}
 
 
-def _gpu_count():
-    """Number of CUDA devices the driver reports (0 when there is no driver), without importing numba."""
+def _libcuda():
+    """The CUDA driver library (ctypes), or None when there is none."""
     for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
-            lib = ctypes.CDLL(name)
-            break
+            return ctypes.CDLL(name)
         except OSError:
             continue
-    else:
+    return None
+
+
+def driver_cuda_version():
+    """(major, minor) of the newest CUDA the installed driver supports (cuDriverGetVersion), or None without one."""
+    lib = _libcuda()
+    version = ctypes.c_int(0)
+    try:
+        if lib is None or lib.cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except AttributeError:
+        return None
+    return version.value // 1000, version.value % 1000 // 10
+
+
+def _gpu_count():
+    """Number of CUDA devices the driver reports (0 when there is no driver), without importing numba."""
+    lib = _libcuda()
+    if lib is None:
         return 0
     count = ctypes.c_int(0)
     try:

@@ -1,0 +1,259 @@
+"""`python -m course doctor`: what this machine runs the course with, and one line with its fix for each problem.
+
+Checks, in order: Python and the numba, numba-cuda, numpy and llvmlite versions against the tested ones
+(course/versions.py); GPU or simulator, and why; on a GPU the driver and the CUDA version it supports, the GPU's
+compute capability, SMs and shared memory, nvJitLink, and whether the driver takes what numba-cuda builds (a tiny
+kernel compiled, loaded and run: CUDA_ERROR_UNSUPPORTED_PTX_VERSION caught). Exit code 0 when all is well, else 1.
+Every probe is a small function of this module, so the tests fake versions, drivers and GPUs with monkeypatch."""
+import os
+import sys
+from pathlib import Path
+
+from course import device, versions
+
+OK, NOTE, PROBLEM = "ok", "note", "PROBLEM"
+OLDEST_DRIVER_CUDA = (12, 0)      # the CUDA 12 wheels (numba-cuda[cu12]) need a driver for CUDA 12.0+: 525 or newer
+TESTED_CC = ((7, 5), (9, 0))      # T4 (sm_75) to H200 (sm_90): the compile test's targets
+PTX_ISA = {(12, 0): (8, 0), (12, 1): (8, 1), (12, 2): (8, 2), (12, 3): (8, 3), (12, 4): (8, 4), (12, 5): (8, 5),
+           (12, 6): (8, 5), (12, 8): (8, 7), (12, 9): (8, 8), (13, 0): (9, 0), (13, 1): (9, 1)}  # CUDA -> PTX ISA
+NVVM_PACKAGES = ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc", "nvidia-nvvm")   # where numba-cuda's NVVM comes from
+NVIDIA_PCI_VENDOR = "0x10de"
+DISPLAY_CLASS = "0x03"            # PCI class of VGA and 3D controllers
+COLAB_HINT = "on Colab: Runtime > Change runtime type > T4 GPU, then run the first cell again"
+DRIVER_FIX = "install or update the NVIDIA driver (525 or newer: https://www.nvidia.com/drivers)"
+
+
+def package_versions():
+    """{distribution: version or None} of Python and the packages the course is tested with."""
+    found = {p: versions.installed(p) for p in versions.PACKAGES}
+    return {"python": "%d.%d.%d" % sys.version_info[:3], **found}
+
+
+def course_mode():
+    """(simulator: True/False/None, why, error) as `import course` decided it."""
+    import course
+    return course.SIMULATOR, course.WHY, getattr(course, "DEVICE_ERROR", None)
+
+
+def on_colab():
+    """True inside a Google Colab runtime."""
+    return "COLAB_RELEASE_TAG" in os.environ or "google.colab" in sys.modules
+
+
+def nvidia_gpu_on_pci():
+    """True when Linux lists an NVIDIA display controller on the PCI bus (with or without a driver)."""
+    for dev in Path("/sys/bus/pci/devices").glob("*"):
+        try:
+            vendor, cls = (dev / "vendor").read_text().strip(), (dev / "class").read_text().strip()
+        except OSError:
+            continue
+        if vendor == NVIDIA_PCI_VENDOR and cls.startswith(DISPLAY_CLASS):
+            return True
+    return False
+
+
+def driver_release():
+    """The NVIDIA driver's release, e.g. "550.54.15" (Linux: /proc/driver/nvidia/version), or None."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    words = [w for w in text.split() if w[:1].isdigit() and w.count(".") >= 1]
+    return words[0] if words else None
+
+
+def gpu_properties():
+    """{name, cc, sms, shared_per_sm, shared_per_block} of the current GPU (numba-cuda on a real GPU)."""
+    from numba import cuda
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    return dict(name=name, cc=tuple(dev.compute_capability), sms=dev.MULTIPROCESSOR_COUNT,
+                shared_per_sm=dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+                shared_per_block=dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+
+
+def nvjitlink_version():
+    """(major, minor) of the nvJitLink numba-cuda links with (then the driver gets machine code, not PTX), or None
+    when numba-cuda would not use it."""
+    try:
+        from numba.cuda.cudadrv.driver import _have_nvjitlink
+        if not _have_nvjitlink():
+            return None
+        from cuda.bindings import nvjitlink
+        return tuple(nvjitlink.version())[:2]
+    except Exception:  # no cuda-bindings, or none with nvJitLink: numba-cuda hands the driver PTX
+        return None
+
+
+def nvvm_cuda_version():
+    """(major, minor) of the CUDA toolkit whose NVVM numba-cuda compiles with (its wheel's version), or None."""
+    for name in NVVM_PACKAGES:
+        v = versions.installed(name)
+        if v:
+            return versions.version_tuple(v)
+    return None
+
+
+def tiny_kernel_error():
+    """Compile, load and run a one-thread kernel on the GPU: None when it wrote its answer, else the error's text."""
+    import numpy as np
+    from numba import cuda
+
+    @cuda.jit
+    def doctor_kernel(out):
+        out[0] = 42.0
+
+    out = cuda.to_device(np.zeros(1, np.float32))
+    try:
+        doctor_kernel[1, 1](out)
+        got = out.copy_to_host()[0]
+    except Exception as e:  # CudaAPIError, LinkerError, NvvmError: the message names the driver's error
+        return f"{type(e).__name__}: {' '.join(str(e).split())}"
+    return None if got == 42.0 else f"the kernel ran but wrote {got}, not 42"
+
+
+# --- the diagnosis: (level, line) pairs from what the probes found -------------------------------------------
+
+def version_lines(found, newest_python=None):
+    """The Python and package lines: each in range, or a problem with its fix."""
+    py = tuple(int(x) for x in found["python"].split(".")[:2])
+    problem = versions.python_problem(py, newest_python)
+    yield (PROBLEM, problem) if problem else (OK, f"Python {found['python']} (tested {tested_pythons()})")
+    for name in versions.RANGES:
+        yield package_line(name, found.get(name))
+    nc = found.get("numba-cuda")
+    if nc is None:
+        yield PROBLEM, 'numba-cuda is not installed: pip install -r requirements.txt'
+    elif nc not in device.WRITTEN_FOR["numba-cuda"]:
+        yield PROBLEM, (f"numba-cuda {nc} is not one the course was written for "
+                        f"({' or '.join(device.WRITTEN_FOR['numba-cuda'])}): pip install -r requirements.txt")
+    else:
+        yield OK, f"numba-cuda {nc}" + (" (simulator only: the macOS build)" if nc in device.SIMULATOR_ONLY else "")
+    yield (OK, f"llvmlite {found['llvmlite']}") if found.get("llvmlite") else \
+        (PROBLEM, "llvmlite is not installed (numba needs it): pip install -r requirements.txt")
+
+
+def tested_pythons():
+    """ "3.10-3.14" (3.13 on an Intel Mac)."""
+    (a, b), c = versions.PYTHON[0], versions.newest_python()
+    return f"{a}.{b}-{c[0]}.{c[1]}"
+
+
+def package_line(name, version):
+    """numba's or numpy's line."""
+    if version is None:
+        return PROBLEM, f"{name} is not installed: pip install -r requirements.txt"
+    problem = versions.range_problem(name, version)
+    return (PROBLEM, problem) if problem else (OK, f"{name} {version} (tested {versions.requirement(name)})")
+
+
+def simulator_lines(why, gpu_on_pci, colab):
+    """Why the simulator runs the kernels, and a problem when an NVIDIA GPU is there but no driver is."""
+    yield OK, f"device: numba's CUDA simulator ({why}): kernels run as Python, notebooks shrink their data"
+    if why.startswith("no CUDA driver") and gpu_on_pci:
+        yield PROBLEM, f"an NVIDIA GPU is on the PCI bus but no CUDA driver answers: {DRIVER_FIX}"
+    elif why.startswith("no CUDA driver") and colab:
+        yield PROBLEM, f"this Colab runtime has no GPU: {COLAB_HINT}"
+
+
+def driver_lines(cuda_version, release):
+    """The driver's line: too old for the CUDA 12 wheels, or fine."""
+    if cuda_version is None:
+        yield PROBLEM, f"no CUDA driver found (COURSE_DEVICE=gpu needs one): {DRIVER_FIX}, or unset COURSE_DEVICE"
+        return
+    what = f"NVIDIA driver {release or '(release unknown)'}, supports CUDA {cuda_version[0]}.{cuda_version[1]}"
+    if cuda_version < OLDEST_DRIVER_CUDA:
+        yield PROBLEM, f"{what}: numba-cuda[cu12] needs CUDA 12.0 or newer: {DRIVER_FIX}"
+    else:
+        yield OK, what
+
+
+def gpu_lines(props):
+    """Name, compute capability, SMs, shared memory; a note outside the compute capabilities the course compiles for."""
+    cc = props["cc"]
+    yield OK, (f"GPU: {props['name']}, compute capability {cc[0]}.{cc[1]}, {props['sms']} SMs, "
+               f"{props['shared_per_sm'] // 1024} KiB shared memory per SM ({props['shared_per_block'] // 1024} KiB "
+               "per block)")
+    if not TESTED_CC[0] <= cc <= TESTED_CC[1]:
+        yield NOTE, (f"compute capability {cc[0]}.{cc[1]} is outside the tested sm_75-sm_90: the kernels may work; "
+                     "tests/test_compile.py lists what is checked")
+
+
+def ptx_lines(cuda_version, nvvm, nvjitlink, kernel_error):
+    """Does the driver take numba-cuda's code? nvJitLink links the PTX into machine code itself; without it the
+    driver compiles PTX, and a driver older than the NVVM rejects it (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)."""
+    need = f"{nvvm[0]}.{nvvm[1]}" if nvvm else "12.0"
+    fix = (f'pip install "nvidia-nvjitlink-cu12>={need}" (numba-cuda then links the PTX itself), or update the '
+           f"NVIDIA driver to one for CUDA {need} or newer (https://www.nvidia.com/drivers)")
+    if nvjitlink:
+        yield OK, f"nvJitLink {nvjitlink[0]}.{nvjitlink[1]}: numba-cuda links kernels itself, the driver gets machine code"
+        if nvvm and nvjitlink < nvvm:
+            yield PROBLEM, (f"nvJitLink {nvjitlink[0]}.{nvjitlink[1]} is older than the NVVM "
+                            f"({nvvm[0]}.{nvvm[1]}) that compiles the kernels: pip install "
+                            f"\"nvidia-nvjitlink-cu12>={nvvm[0]}.{nvvm[1]}\"")
+    elif nvvm and cuda_version and PTX_ISA.get(nvvm, (99, 0)) > PTX_ISA.get(cuda_version, (0, 0)):
+        yield NOTE, (f"no nvJitLink: the driver (CUDA {cuda_version[0]}.{cuda_version[1]}) must compile PTX from "
+                     f"CUDA {nvvm[0]}.{nvvm[1]}'s NVVM, which is newer")
+    if kernel_error is None:
+        yield OK, "a tiny kernel compiled, loaded and ran on the GPU"
+    elif "UNSUPPORTED_PTX_VERSION" in kernel_error:
+        yield PROBLEM, f"the driver rejects numba-cuda's PTX (CUDA_ERROR_UNSUPPORTED_PTX_VERSION): {fix}"
+    else:
+        yield PROBLEM, f"a tiny kernel failed on the GPU ({kernel_error[:200]}): run python -m course doctor again " \
+                       "after a restart; if it persists, " + DRIVER_FIX
+
+
+def diagnose():
+    """Every (level, line) for this machine, from the probes above."""
+    found = package_versions()
+    yield from version_lines(found)
+    simulator, why, error = course_mode()
+    if error:
+        yield PROBLEM, f"import course: {error}"
+        return
+    if simulator:
+        yield from simulator_lines(why, nvidia_gpu_on_pci(), on_colab())
+        return
+    cuda_version = device.driver_cuda_version()
+    yield from driver_lines(cuda_version, driver_release())
+    if cuda_version is None:
+        return
+    yield from gpu_lines(gpu_properties())
+    yield from ptx_lines(cuda_version, nvvm_cuda_version(), nvjitlink_version(), tiny_kernel_error())
+
+
+def summary(lines):
+    """One line: all well, or how many problems and the first."""
+    problems = [text for level, text in lines if level == PROBLEM]
+    if not problems:
+        return "doctor: all well"
+    more = f" (and {len(problems) - 1} more: python -m course doctor)" if len(problems) > 1 else ""
+    return f"doctor: {len(problems)} problem{'s' * (len(problems) > 1)}: {problems[0]}{more}"
+
+
+def main(out=None):
+    """Print each line and the summary; return 0 when nothing is a problem, else 1."""
+    out = out or sys.stdout
+    lines = list(diagnose())
+    for level, text in lines:
+        print(f"{level:<7} {text}", file=out)
+    problems = sum(level == PROBLEM for level, _ in lines)
+    print("doctor: all well" if not problems else
+          f"doctor: {problems} problem{'s' * (problems > 1)} (PROBLEM above, each with its fix)", file=out)
+    return 1 if any(level == PROBLEM for level, _ in lines) else 0
+
+
+def version_summary():
+    """course.info()'s second line: the versions in one line, or the first problem with them and its fix."""
+    found = package_versions()
+    lines = list(version_lines(found))
+    problems = [text for level, text in lines if level == PROBLEM]
+    if problems:
+        return summary(lines)
+    names = ("numba", "numba-cuda", "numpy")
+    return (f"versions: Python {found['python']}, " + ", ".join(f"{n} {found[n]}" for n in names) +
+            f" (tested; python -m course doctor checks the GPU too)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

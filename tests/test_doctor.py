@@ -1,0 +1,162 @@
+"""`python -m course doctor` and the version checks of `import course`, with faked versions, drivers and GPUs
+(monkeypatch on the probes of course/tools/doctor.py): no GPU needed."""
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+
+from course import device, versions
+from course.tools import doctor
+
+GOOD = {"python": "3.12.4", "numba": "0.68.1", "numba-cuda": "0.30.4", "numpy": "2.4.6", "llvmlite": "0.50.0"}
+T4 = dict(name="Tesla T4", cc=(7, 5), sms=40, shared_per_sm=64 * 1024, shared_per_block=64 * 1024)
+PTX_ERROR = ("CudaAPIError: [222] Call to cuModuleLoadDataEx results in CUDA_ERROR_UNSUPPORTED_PTX_VERSION")
+
+
+def fake(monkeypatch, found=GOOD, mode=(False, "the CUDA driver reports 1 device(s)", None), driver=(12, 4),
+         nvjitlink=(12, 9), kernel_error=None, props=T4, pci=False, colab=False):
+    """Make every probe of the doctor answer as given (defaults: Colab's T4 on driver 550 with nvJitLink 12.9)."""
+    monkeypatch.setattr(doctor, "package_versions", lambda: dict(found))
+    monkeypatch.setattr(doctor, "course_mode", lambda: mode)
+    monkeypatch.setattr(device, "driver_cuda_version", lambda: driver)
+    monkeypatch.setattr(doctor, "driver_release", lambda: "550.54.15")
+    monkeypatch.setattr(doctor, "gpu_properties", lambda: dict(props))
+    monkeypatch.setattr(doctor, "nvvm_cuda_version", lambda: (12, 9))
+    monkeypatch.setattr(doctor, "nvjitlink_version", lambda: nvjitlink)
+    monkeypatch.setattr(doctor, "tiny_kernel_error", lambda: kernel_error)
+    monkeypatch.setattr(doctor, "nvidia_gpu_on_pci", lambda: pci)
+    monkeypatch.setattr(doctor, "on_colab", lambda: colab)
+
+
+def run_doctor():
+    """(exit code, printed lines)."""
+    out = io.StringIO()
+    code = doctor.main(out)
+    return code, out.getvalue().splitlines()
+
+
+def problems(lines):
+    return [line for line in lines if line.startswith(doctor.PROBLEM)]
+
+
+def test_a_t4_on_driver_550_with_nvjitlink_is_all_well(monkeypatch):
+    fake(monkeypatch)
+    code, lines = run_doctor()
+    assert code == 0 and not problems(lines), lines
+    assert lines[-1] == "doctor: all well"
+    text = "\n".join(lines)
+    for want in ("550.54.15, supports CUDA 12.4", "Tesla T4, compute capability 7.5, 40 SMs, 64 KiB", "nvJitLink 12.9",
+                 "tiny kernel compiled, loaded and ran"):
+        assert want in text
+
+
+@pytest.mark.parametrize("found, says", [
+    ({**GOOD, "python": "3.15.0"}, "Python 3.15 is not supported: the course runs on Python 3.10 to 3.14"),
+    ({**GOOD, "python": "3.9.18"}, "Python 3.9 is not supported"),
+    ({**GOOD, "numba": "0.69.0"}, 'numba 0.69.0 is outside numba>=0.61,<0.69 (0.68 is the newest CI has run): '
+                                  'pip install "numba>=0.61,<0.69"'),
+    ({**GOOD, "numba": "0.60.0"}, "numba 0.60.0 is outside numba>=0.61,<0.69"),
+    ({**GOOD, "numpy": "2.5.0"}, 'numpy 2.5.0 is outside numpy>=2.0,<2.5 (numba-cuda 0.30.4 fails'),
+    ({**GOOD, "numba-cuda": "0.22.2"}, "numba-cuda 0.22.2 is not one the course was written for"),
+    ({**GOOD, "numba-cuda": None}, "numba-cuda is not installed"),
+])
+def test_a_wrong_version_is_one_problem_line_with_its_fix(monkeypatch, found, says):
+    fake(monkeypatch, found=found)
+    code, lines = run_doctor()
+    (line,) = problems(lines)
+    assert code == 1 and says in line, line
+    assert "pip install" in line or "virtual environment" in line  # the fix
+
+
+def test_a_driver_too_old_for_the_ptx_says_how_to_fix_it(monkeypatch):
+    fake(monkeypatch, nvjitlink=None, kernel_error=PTX_ERROR)  # GPU-Puzzles issue 48: a T4 on an older driver
+    code, lines = run_doctor()
+    (line,) = problems(lines)
+    assert code == 1 and "CUDA_ERROR_UNSUPPORTED_PTX_VERSION" in line
+    assert 'pip install "nvidia-nvjitlink-cu12>=12.9"' in line and "driver to one for CUDA 12.9" in line
+    assert any(l.startswith(doctor.NOTE) and "no nvJitLink" in l for l in lines)  # predicted before the launch
+
+
+def test_nvjitlink_older_than_the_nvvm_is_a_problem(monkeypatch):
+    fake(monkeypatch, nvjitlink=(12, 4))
+    code, lines = run_doctor()
+    (line,) = problems(lines)
+    assert code == 1 and "nvJitLink 12.4 is older than the NVVM (12.9)" in line
+
+
+@pytest.mark.parametrize("driver, says", [(None, "no CUDA driver found (COURSE_DEVICE=gpu needs one)"),
+                                          ((11, 8), "supports CUDA 11.8: numba-cuda[cu12] needs CUDA 12.0")])
+def test_a_missing_or_old_driver_is_one_problem_line(monkeypatch, driver, says):
+    fake(monkeypatch, mode=(False, "COURSE_DEVICE=gpu", None), driver=driver)
+    code, lines = run_doctor()
+    (line,) = problems(lines)
+    assert code == 1 and says in line and "NVIDIA driver" in line
+
+
+def test_the_simulator_without_a_gpu_is_fine_but_a_gpu_without_a_driver_is_not(monkeypatch):
+    fake(monkeypatch, mode=(True, "no CUDA driver or device was found", None))
+    assert run_doctor()[0] == 0
+    fake(monkeypatch, mode=(True, "no CUDA driver or device was found", None), pci=True)
+    code, lines = run_doctor()
+    (line,) = problems(lines)
+    assert code == 1 and "NVIDIA GPU is on the PCI bus but no CUDA driver" in line
+
+
+def test_colab_without_a_gpu_runtime_says_which_menu(monkeypatch):
+    fake(monkeypatch, mode=(True, "no CUDA driver or device was found", None), colab=True)
+    code, lines = run_doctor()
+    (line,) = problems(lines)
+    assert code == 1 and "Runtime > Change runtime type > T4 GPU" in line
+
+
+def test_a_gpu_older_than_the_t4_is_a_note_not_a_problem(monkeypatch):
+    fake(monkeypatch, props={**T4, "name": "Tesla P100", "cc": (6, 0)})
+    code, lines = run_doctor()
+    assert code == 0 and any(l.startswith(doctor.NOTE) and "6.0 is outside the tested" in l for l in lines)
+
+
+def test_every_line_is_one_line(monkeypatch):
+    fake(monkeypatch, found={**GOOD, "numba": "0.70.1", "python": "3.15.0"}, nvjitlink=None, kernel_error=PTX_ERROR)
+    code, lines = run_doctor()
+    assert code == 1 and len(problems(lines)) == 3
+    assert lines[-1] == "doctor: 3 problems (PROBLEM above, each with its fix)"
+
+
+def test_info_summary_is_one_line_naming_the_first_problem(monkeypatch):
+    fake(monkeypatch)
+    assert doctor.version_summary().startswith("versions: Python 3.12.4, numba 0.68.1, numba-cuda 0.30.4")
+    fake(monkeypatch, found={**GOOD, "numba": "0.69.0"})
+    line = doctor.version_summary()
+    assert "\n" not in line and line.startswith("doctor: 1 problem: numba 0.69.0 is outside")
+
+
+def test_import_course_warns_one_line_per_problem(monkeypatch, capsys):
+    monkeypatch.setattr(versions, "installed", {"numba": "0.69.0", "numpy": "2.4.0"}.get)
+    monkeypatch.setattr(sys, "version_info", (3, 15, 0))
+    versions.warn_at_import()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].startswith("course: warning: Python 3.15 is not supported")
+    assert err[1].startswith("course: warning: numba 0.69.0 is outside numba>=0.61,<0.69")
+
+
+def test_numpy_2_5_stops_import_course_on_a_gpu_only():
+    assert versions.fatal(simulator=False, versions={"numpy": "2.5.0"}).startswith("numpy 2.5.0 is outside")
+    assert versions.fatal(simulator=True, versions={"numpy": "2.5.0"}) is None
+    assert versions.fatal(simulator=False, versions={"numpy": "2.4.6"}) is None
+
+
+def test_an_intel_mac_is_supported_up_to_3_13():
+    assert versions.newest_python(machine="x86_64", system="Darwin") == (3, 13)
+    assert versions.newest_python(machine="arm64", system="Darwin") == (3, 14)
+    assert versions.python_problem((3, 14), newest=(3, 13)).startswith("Python 3.14 is not supported")
+
+
+def test_python_m_course_doctor_here():
+    """This environment is the tested one (CI installs requirements.txt): exit code 0 and the summary last."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COURSE_DEVICE", "NUMBA_ENABLE_CUDASIM")}
+    r = subprocess.run([sys.executable, "-m", "course", "doctor"], capture_output=True, text=True, timeout=120,
+                       env={**env, "COURSE_DEVICE": "sim"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == "doctor: all well" and "COURSE_DEVICE=sim" in r.stdout
