@@ -459,3 +459,15 @@ def pretend_device(compute_capability):
         yield
     finally:
         dispatcher.get_current_device = real
+
+
+def lower_kernel(pyfunc, argtypes, cc):
+    """Type and lower a kernel ONCE (numba-cuda's private `_compile_pyfunc_with_fixup`, what `cuda.compile_ptx`
+    runs) and return a function cc -> its PTX for that target: NVVM runs again per target on the same LLVM IR
+    (the library caches each), typing and lowering, most of a compile's time, do not. `cc` is the target the
+    lowering sees (numba's own lowering asks it only for cc < 6.0 and fastmath tanh at 7.5: the same IR for every
+    target from sm_75 on)."""
+    internals()
+    from numba.cuda.compiler import _compile_pyfunc_with_fixup
+    lib, _ = _compile_pyfunc_with_fixup(pyfunc, argtypes, device=False, cc=cc, abi="numba")  # as compile_ptx
+    return lambda target: "\n".join(lib.get_asm_strs(cc=target))

@@ -1,4 +1,5 @@
-"""Every kernel compiles for a real GPU (sm_90 PTX), checked on a machine without one.
+"""Every kernel compiles for the GPUs students have (PTX for sm_75, sm_80, sm_86, sm_89, sm_90; registers and shared
+memory from ptxas within each target's limits), checked on a machine without one.
 
 The simulator runs kernels as Python and never type-checks them, so a kernel can pass every simulated test and
 fail at its first compile on a GPU (a float64 literal is fine, a dict is not; numpy 2.5 broke numba-cuda here)."""
@@ -12,16 +13,83 @@ import pytest
 
 import course
 from course import device
+from course.tools import compile
 from course.tools.signatures import all_signatures
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(bool(device.simulator_only()), reason=f"{device.simulator_only()}; CI compiles on Linux")
-def test_every_kernel_compiles_for_sm90():
+def test_every_kernel_compiles_for_the_five_targets():
+    """PTX for sm_75, sm_80, sm_86, sm_89, sm_90 (a kernel's other layouts: sm_75 and the highest), course.fused a
+    second time with the copy engine on for sm_90; ptxas on each kernel's first signature for every target."""
     r = subprocess.run([sys.executable, "-m", "course.tools.compile"], capture_output=True, text=True, timeout=900,
                        env={**os.environ, "COURSE_DEVICE": "gpu", "NUMBA_ENABLE_CUDASIM": "0"})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.count("ok   ") == sum(len(s) for s in all_signatures().values())
+    lines = r.stdout.splitlines()
+    for key, sigs in all_signatures().items():
+        for i, sig in enumerate(sigs):
+            (line,) = [x for x in lines if x.startswith(f"ok   {key}({sig}): ")]
+            want = ", ".join(compile.sm(cc) for cc in compile.targets_for(importlib.import_module(key.split(":")[0]),
+                                                                          i == 0, copies=False))
+            assert f"PTX for {want}" in line
+            if i == 0 and compile.find_ptxas():
+                assert line.count(" regs ") == want.count("sm_"), line  # ptxas ran for every target
+    assert "ok   course.fused: the copy engine's Hopper-only PTX in sm_90's code only" in lines
+    copy_lines = [x for x in lines if "[copy engine on]: PTX for sm_90" in x]
+    assert len(copy_lines) == sum(len(s) for k, s in all_signatures().items() if k.startswith("course.fused:"))
+
+
+PTX_75 = """.version 8.8
+.target sm_75
+.address_size 64
+// cp.async.bulk in a comment is no instruction
+.visible .shared .align 16 .b8 _cudapy_smem_1[25616];
+.visible .shared .align 8 .b8 _cudapy_smem_2[8];
+.visible .shared .align 16 .b8 _cudapy_smem_3[3744];
+\tld.global.f32 %f1, [%rd1];
+"""
+PTX_90 = PTX_75.replace("sm_75", "sm_90") + (
+    "\t{ .reg .u64 a; mbarrier.init.shared::cta.b64 [m], 1; }\n"
+    "\tcp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [d], [g], r1, [m];\n")
+PTXAS_LOG = """ptxas info    : Compiling entry function '_Z6kernel' for 'sm_75'
+ptxas info    : Function properties for _Z6kernel
+    192 bytes stack frame, 420 bytes spill stores, 420 bytes spill loads
+ptxas info    : Used 128 registers, 47808 bytes smem, 472 bytes cmem[0]
+ptxas info    : Used 16 registers, 380 bytes cmem[0]
+"""
+
+
+def test_hopper_only_instructions_are_found_in_code_not_comments():
+    assert compile.hopper_only(PTX_75) == []
+    assert compile.hopper_only(PTX_90) == ["cp.async.bulk", "mbarrier"]
+
+
+def test_a_hopper_instruction_below_sm_90_or_a_wrong_target_fails():
+    assert compile.check_ptx(None, {(7, 5): PTX_75, (9, 0): PTX_90}) == []
+    (problem,) = compile.check_ptx(None, {(8, 6): PTX_90.replace("sm_90", "sm_86")})
+    assert problem == "sm_86 PTX has Hopper-only cp.async.bulk, mbarrier"
+    assert compile.check_ptx(None, {(8, 0): PTX_75}) == ["sm_80: no `.target sm_80` line"]
+
+
+def test_ptxas_resources_are_read_and_checked_against_each_target():
+    res = compile.parse_ptxas(PTXAS_LOG)
+    assert res == dict(registers=128, shared=47808, spills=840, local=192)
+    assert compile.ptx_shared_bytes(PTX_75) == 25616 + 8 + 8 + 3744  # 25,632: the third array starts 16-aligned
+    assert compile.limit_problems(res, (7, 5), max_registers=128) == []
+    assert compile.limit_problems(res, (7, 5), max_registers=96) == ["128 registers per thread > 96"]
+    big = dict(res, shared=50 * 1024)
+    assert compile.limit_problems(big, (9, 0)) == ["51200 bytes of shared memory > 49152"]
+
+
+def test_only_course_fused_depends_on_the_target():
+    import course.fused
+    import course.scale
+    everywhere = compile.targets_for(course.scale, first=True, copies=False)
+    assert everywhere == list(compile.TARGETS) == [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0)]
+    assert compile.targets_for(course.scale, first=False, copies=False) == [(7, 5), (9, 0)]
+    assert compile.targets_for(course.fused, first=True, copies=False) == [(7, 5), (8, 0), (8, 6), (8, 9)]
+    assert compile.targets_for(course.fused, first=True, copies=True) == [(9, 0)]
+    assert compile.targets_for(course.scale, first=True, copies=True) == []
 
 
 def test_signature_table_lists_every_kernel():
