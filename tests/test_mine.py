@@ -9,7 +9,7 @@ from numba import cuda
 
 import course
 from course import mine
-from course.tools import nbtools
+from course.tools import colab, nbtools
 from course.checks.core import CheckFailure
 from course.checks.data import check_scale_kernel
 
@@ -248,7 +248,7 @@ def test_student_copies_call_use_mine_and_06_to_08_end_with_the_payoff():
         cells = nbtools.read(path)["cells"]
         first = next(nbtools.source(c) for c in cells if c["cell_type"] == "code")
         assert ("course.use_mine()" in first) == (path.name >= "03"), path.name
-        assert first.startswith("import course"), path.name
+        assert first.startswith(colab.cell_block() + "\nimport course"), path.name  # the Colab block, then course
         assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name >= "06"), path.name
         again = nbtools.add_mine_cells(nbtools.read(path), path.name)  # applied twice, it changes nothing
         assert nbtools.dumps(again) == path.read_text(encoding="utf-8")

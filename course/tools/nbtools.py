@@ -300,7 +300,9 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
 
 def add_mine_cells(nb, name):
     """Student copies of 03-08 call course.use_mine() in their first cell; 06-08 end with what ran on the student's
-    kernels (the payoff)."""
+    kernels (the payoff). Every student copy's first cells also get the Colab badge and block (course/tools/colab.py)."""
+    from .colab import add_colab
+    add_colab(nb, name)
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")
     if name[:2] >= "03" and USE_MINE not in source(first):  # idempotent: also for nbgrader's released copies
         first["source"] = source(first).rstrip("\n") + "\n" + USE_MINE
