@@ -51,7 +51,8 @@ def interpreter():
         if exe and os.path.exists(exe):
             v = subprocess.run([exe, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
                                text=True).stdout.split()
-            found.setdefault(tuple(map(int, v)), exe)
+            if len(v) == 2:  # a pyenv shim without that version prints nothing
+                found.setdefault(tuple(map(int, v)), exe)
     if not found:
         return sys.executable
     best = min(found, key=lambda v: (abs(v[1] - PYTHON[1]), -v[1]))
