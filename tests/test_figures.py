@@ -548,6 +548,9 @@ FIGURES = [
     Fig(README, "", r"nbgrader's (30) s per-cell limit", calc(lambda: 30, why="nbgrader's ExecutePreprocessor default")),
     Fig(README, "", r"per-cell limit to (600) s", calc(lambda: _nbgrader_timeout(), why="teachers/nbgrader_config.py")),
     # --- README ---
+    Fig(README, "", r"an epoch in ([\d.]+) ms there against", Json("fused-t4grid-h200.json", "epochs.epoch.epoch_ms")),
+    Fig(README, "", r"against ([\d.]+) ms on the H200's own 132 blocks",
+        Json("fused-t4grid-h200.json", "epoch_ms_own_grid_no_copy_engine.epoch_ms")),
     Fig(README, "", r"trains an epoch in about ([\d.]+) ms", calc(lambda s: s * 1e3, FUSED_S)),
     Fig(README, "", r"(\d+) ms for PyTorch eager", calc(lambda s: s * 1e3, TORCH_S)),
     Fig(README, "", r"against (\d+) ms for PyTorch's CUDA graph", calc(lambda s: s * 1e3,
