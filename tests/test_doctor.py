@@ -126,7 +126,13 @@ def test_every_line_is_one_line(monkeypatch):
 
 def test_info_summary_is_one_line_naming_the_first_problem(monkeypatch):
     fake(monkeypatch)
-    assert doctor.version_summary().startswith("versions: Python 3.12.4, numba 0.68.1, numba-cuda 0.30.4")
+    assert doctor.version_summary().startswith("versions: Python 3.12.4, numba 0.68.1, numba-cuda 0.30.4, numpy "
+                                               "2.4.6, a driver for CUDA 12.4 (tested;")
+    fake(monkeypatch, driver=(11, 8))
+    assert doctor.version_summary().startswith("doctor: 1 problem: NVIDIA driver (release unknown), supports CUDA "
+                                               "11.8: numba-cuda[cu12] needs CUDA 12.0")
+    fake(monkeypatch, mode=(True, "COURSE_DEVICE=sim", None))
+    assert "driver" not in doctor.version_summary()
     fake(monkeypatch, found={**GOOD, "numba": "0.69.0"})
     line = doctor.version_summary()
     assert "\n" not in line and line.startswith("doctor: 1 problem: numba 0.69.0 is outside")

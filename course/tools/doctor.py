@@ -244,15 +244,21 @@ def main(out=None):
 
 
 def version_summary():
-    """course.info()'s second line: the versions in one line, or the first problem with them and its fix."""
+    """course.info()'s second line: the versions (and on a GPU the driver's CUDA) in one line, or the first problem
+    with them and its fix. Quick: no kernel is compiled (`python -m course doctor` does that)."""
     found = package_versions()
     lines = list(version_lines(found))
+    simulator, _, _ = course_mode()
+    cuda_version = None if simulator else device.driver_cuda_version()
+    if simulator is False:
+        lines += list(driver_lines(cuda_version, None))
     problems = [text for level, text in lines if level == PROBLEM]
     if problems:
         return summary(lines)
     names = ("numba", "numba-cuda", "numpy")
-    return (f"versions: Python {found['python']}, " + ", ".join(f"{n} {found[n]}" for n in names) +
-            f" (tested; python -m course doctor checks the GPU too)")
+    driver = f", a driver for CUDA {cuda_version[0]}.{cuda_version[1]}" if cuda_version else ""
+    return (f"versions: Python {found['python']}, " + ", ".join(f"{n} {found[n]}" for n in names) + driver +
+            " (tested; python -m course doctor checks the GPU too)")
 
 
 if __name__ == "__main__":
