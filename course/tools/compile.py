@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections import namedtuple
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from course.tools.signatures import all_signatures
@@ -195,11 +196,17 @@ def resources_line(kernel, ptx, ptxas):
     """ptxas for every target: a short summary, and the problems."""
     cap = getattr(kernel, "targetoptions", {}).get("max_registers")
     parts, problems = [], []
-    for cc, text in ptx.items():
+
+    def assemble(cc):
         try:
-            res = ptxas_resources(text, cc, cap, ptxas)
+            return ptxas_resources(ptx[cc], cc, cap, ptxas)
         except RuntimeError as e:
-            problems.append(str(e))
+            return str(e)
+    with ThreadPoolExecutor(max_workers=len(ptx)) as pool:   # the ptxas processes side by side (CI has 2 cores)
+        results = dict(zip(ptx, pool.map(assemble, ptx)))
+    for cc, res in results.items():
+        if isinstance(res, str):
+            problems.append(res)
             continue
         problems += [f"{sm(cc)}: {p}" for p in limit_problems(res, cc, cap)]
         parts.append(f"{sm(cc)} {res['registers']} regs {res['shared']} B smem" +
