@@ -24,16 +24,15 @@ from pathlib import Path
 
 from course.tools.signatures import all_signatures
 
-Limits = namedtuple("Limits", "gpus shared_per_sm threads_per_sm")
+Limits = namedtuple("Limits", "gpus shared_per_sm")
 STATIC_SHARED = 48 * 1024     # bytes of static shared memory a kernel may declare, on every target
 REGS_PER_THREAD = 255
-REGS_PER_SM = 64 * 1024       # the register file of an SM, every target here
-TARGETS = {  # compute capability: who has it, shared memory per SM (bytes), threads per SM (data sheets)
-    (7, 5): Limits("T4 (Colab), RTX 20xx", 64 * 1024, 1024),
-    (8, 0): Limits("A100", 164 * 1024, 2048),
-    (8, 6): Limits("RTX 30xx, A10", 100 * 1024, 1536),
-    (8, 9): Limits("RTX 40xx, L4", 100 * 1024, 1536),
-    (9, 0): Limits("H100, H200", 228 * 1024, 2048),
+TARGETS = {  # compute capability: who has it, shared memory per SM in bytes (CUDA's table of limits per target)
+    (7, 5): Limits("T4 (Colab), RTX 20xx", 64 * 1024),
+    (8, 0): Limits("A100", 164 * 1024),
+    (8, 6): Limits("RTX 30xx, A10", 100 * 1024),
+    (8, 9): Limits("RTX 40xx, L4", 100 * 1024),
+    (9, 0): Limits("H100, H200", 228 * 1024),
 }
 HOPPER = (9, 0)
 HOPPER_ONLY = ("cp.async.bulk", "mbarrier", "fence.proxy.async", "wgmma", "setmaxnreg", "elect.sync", "st.async",
