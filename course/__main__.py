@@ -18,7 +18,7 @@ def run_info(args):
 
 def run_bench(args):
     device_ready()
-    from .tools.bench import run  # written with notebook 08
+    from .tools.bench import run  # written with notebooks 08-10
 
     def error(message):
         raise CommandError(message)
@@ -62,7 +62,7 @@ def parser():
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=OneLineParser)
     sub.add_parser("info", help="print the device the kernels run on").set_defaults(run=run_info)
     cli_train.add_parser(sub)
-    b = sub.add_parser("bench", help="time one epoch of the same model through every implementation (notebook 08)")
+    b = sub.add_parser("bench", help="time one epoch of the same model through every implementation (notebooks 08-10)")
     b.add_argument("--quick", action="store_true", help="a tiny run that checks the pipeline (works in the simulator)")
     b.add_argument("--out", type=output_file, default=None, help="write the results as JSON to this file")
     b.set_defaults(run=run_bench)

@@ -105,7 +105,7 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     out = capsys.readouterr().out
     assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
     assert f"test accuracy of the network you trained: {sgd_run['epoch'][-1]['test_acc']:.4f}" in out
-    for name in ("07_landscape.ipynb", "08_performance.ipynb"):  # 07's and 08's last cells, the same way
+    for name in ("07_landscape.ipynb", "10_fused.ipynb"):  # 07's and 10's last cells, the same way
         cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
         mine.run_cell(dict(course=course, plain_s=0.5, plain_acc=0.25), cell, f"<{name} payoff>")
     out = capsys.readouterr().out
@@ -190,7 +190,7 @@ def test_no_student_work_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     assert len(out) == 1 and out[0].startswith("course.use_mine(): no passing solutions of yours in")
     assert all(fn is None and why == "never checked" for fn, why in st.values())
     mine.report()
-    assert "0 of 22 pieces run your code" in capsys.readouterr().out
+    assert f"0 of {len(mine.PIECES)} pieces run your code" in capsys.readouterr().out
     monkeypatch.setenv("COURSE_MINE_DIR", "off")  # nothing saved, nothing used
     check_scale_kernel(course.scale.scale_kernel)
     assert mine.run_cell(ns := {"__name__": "__main__"}, SCALE_CELL, "<cell>") is None
@@ -243,13 +243,13 @@ def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_pat
     assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
 
 
-def test_student_copies_call_use_mine_and_06_to_08_end_with_the_payoff():
+def test_student_copies_call_use_mine_and_06_07_10_end_with_the_payoff():
     for path in sorted(nbtools.EXERCISES.glob("*.ipynb")):
         cells = nbtools.read(path)["cells"]
         first = next(nbtools.source(c) for c in cells if c["cell_type"] == "code")
         assert ("course.use_mine()" in first) == (path.name >= "03"), path.name
         assert first.startswith("import course"), path.name
-        assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name >= "06"), path.name
+        assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name in nbtools.MINE_PAYOFF), path.name
         again = nbtools.add_mine_cells(nbtools.read(path), path.name)  # applied twice, it changes nothing
         assert nbtools.dumps(again) == path.read_text(encoding="utf-8")
     for path in nbtools.solution_notebooks():  # the solution notebooks are left as they are
