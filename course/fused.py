@@ -46,13 +46,10 @@ from course.util import cdiv, require
 
 TJ = 8             # hidden units per tile: two groups of 4, a thread's 4 accumulators per row
 TK = 100           # inputs per tile (784 = 7 x 100 + 84): a row of a tile is 400 bytes, a multiple of 16
-TKP = 104          # TK padded with zeros to a multiple of SEGS: every thread's loop has one constant length
+TKP = 104          # TK padded with zeros to a multiple of 8: every thread's loop has one constant length
 XS = TK            # row stride of the staged X[batch, tile]: rows start on 16-byte boundaries (the copy engine)
 MAX_BATCH = 64     # a thread's rows are r and r + 32
-SEGS = 8           # phase A: shares of the inputs (SEGS x 64 threads)
-SEGS_C = 4         # phase C: shares of the batch rows (SEGS_C x 128 threads)
-KP = 64            # phase C: a thread's inputs are kk and kk + KP
-P_CELLS = 4096     # shared partial sums: SEGS x MAX_BATCH x TJ (A), SEGS_C x 2 KP x TJ (C); the warps' logits (B)
+P_CELLS = 4096     # a shared scratch array: the warps' logits and dZ2[r] (B), the simulator's shuffles
 NC_PAD = 16        # classes padded: at most 15 outputs
 X_CELLS = MAX_BATCH * XS + 4   # and 4 zeros: row 63's inputs TK .. TKP - 1 (47,800 bytes in all, of 49,152)
 CH = 4             # inputs per chunk: a chunk of a row of X, or 4 units of a chunk of W1, is ONE 16-byte load
@@ -437,57 +434,6 @@ def stage_w(W1, k0, j0, sW):
 
 
 @cuda.jit(device=True)
-def forward_partials(sX, sW, sP):
-    """sP[seg, r, jj] = sum over kk = seg, seg + SEGS, ... of sX[r, kk] sW[kk, jj]. Thread u = (seg, half, rp)
-    sums rows rp and rp + 32 x units 4 half .. 4 half + 3: 8 accumulators, 6 loads per 8 multiply-adds (register
-    blocking, as in matmul v3), unsigned indices, a loop of constant length. A warp reads 8 rows at 4 inputs: as
-    XS = 4 (mod 32), the 32 cells sit in 32 different banks."""
-    acc = cuda.local.array(8, float32)
-    u = cuda.threadIdx.x
-    while u < SEGS * 64:
-        lane, w = uint64(u % 32), uint64(u // 32)
-        seg = (lane & uint64(3)) + uint64(4) * (w & uint64(1))     # a warp: 4 inputs x 8 rows, in 32 banks
-        rp = (lane >> uint64(2)) + uint64(8) * ((w >> uint64(1)) & uint64(3))
-        half = w >> uint64(3)
-        for q in range(8):
-            acc[q] = float32(0.0)
-        ix = rp * XS_U + seg                     # sX[rp, seg]
-        iw = (seg >> uint64(2)) * uint64(WC) + (seg & uint64(3)) * TJ_U + half * uint64(4)   # w_at(seg, 4 half)
-        for _ in range(TKP // SEGS):
-            x0 = sX[ix]
-            x1 = sX[ix + uint64(32 * XS)]        # row rp + 32
-            for q in range(4):
-                w = sW[iw + uint64(q)]           # 4 cells for the warp (its 4 inputs), in 4 banks
-                acc[q] += x0 * w
-                acc[4 + q] += x1 * w
-            ix += uint64(SEGS)
-            iw += uint64(SEGS // CH * WC)        # input seg + SEGS: SEGS // CH chunks on
-        o = (seg * uint64(MAX_BATCH) + rp) * TJ_U + half * uint64(4)
-        for q in range(4):
-            sP[o + uint64(q)] = acc[q]
-            sP[o + uint64(32 * TJ + q)] = acc[4 + q]
-        u += cuda.blockDim.x
-    cuda.syncthreads()
-
-
-@cuda.jit(device=True)
-def add_partials(sP, B, j0, Z):
-    """Z[r, j0 + jj] += the SEGS shares of sP[:, r, jj], atomically: the tiles of the other inputs add theirs."""
-    hidden = Z.shape[1]
-    o = cuda.threadIdx.x
-    while o < B * TJ:
-        r = o // TJ
-        jj = o - r * TJ
-        s = float32(0.0)
-        for seg in range(SEGS):
-            s += sP[seg * MAX_BATCH * TJ + o]
-        if j0 + jj < hidden:
-            cuda.atomic.add(Z, (r, j0 + jj), s)
-        o += cuda.blockDim.x
-    cuda.syncthreads()
-
-
-@cuda.jit(device=True)
 def forward_tile(sX, sW, B, j0, Z, scr):
     """Z[r, j0 + jj] += sum over kk of sX[r, kk] sW[kk, jj]: forward_partials and add_partials again, with no
     shares in shared memory. Thread u = (rg, half, s) sums ROWS_A rows rg, rg + 64 / ROWS_A, ... x units
@@ -696,58 +642,6 @@ def prefetch_next(X, perm, base, B, Xt, row0):
 
 
 # %% notebooks/10_fused.ipynb cell cf2
-@cuda.jit(device=True)
-def tile_grads(sX, sdH, sP):
-    """sP[seg, kk, jj] = sum over r = seg, seg + SEGS_C, ... of sX[r, kk] sdH[r, jj] for kk < 2 KP: thread
-    u = (seg, half, kp) sums inputs kp and kp + KP x units 4 half .. 4 half + 3 (rows past the batch are zeros)."""
-    acc = cuda.local.array(8, float32)
-    u = cuda.threadIdx.x
-    while u < SEGS_C * 2 * KP:
-        seg = uint64(u // (2 * KP))
-        half = uint64((u // KP) % 2)
-        kp = uint64(u % KP)
-        k1 = uint64(min(u % KP + KP, XS - 1))    # past the tile: a column of zeros
-        for q in range(8):
-            acc[q] = float32(0.0)
-        ix = seg * XS_U                          # sX[seg, 0]
-        idh = seg * TJ_U + half * uint64(4)      # sdH[seg, 4 half]
-        for _ in range(MAX_BATCH // SEGS_C):
-            x0 = sX[ix + kp]
-            x1 = sX[ix + k1]
-            for q in range(4):
-                d = sdH[idh + uint64(q)]
-                acc[q] += x0 * d
-                acc[4 + q] += x1 * d
-            ix += uint64(SEGS_C * XS)
-            idh += uint64(SEGS_C * TJ)
-        o = (seg * uint64(2 * KP) + kp) * TJ_U + half * uint64(4)
-        for q in range(4):
-            sP[o + uint64(q)] = acc[q]
-            sP[o + uint64(KP * TJ + q)] = acc[4 + q]
-        u += cuda.blockDim.x
-    cuda.syncthreads()
-
-
-@cuda.jit(device=True)
-def update_tile(lr, W1, k0, j0, sW, sP):
-    """W1[k0 + kk, j0 + jj] = sW[kk, jj] - lr * (the SEGS_C shares of sP[:, kk, jj]), and sW too: the block's copy
-    stays current, and no thread waits for a load of W1."""
-    K, hidden = W1.shape
-    o = cuda.threadIdx.x
-    while o < TK * TJ:
-        kk = o // TJ
-        jj = o - kk * TJ
-        g = float32(0.0)
-        for seg in range(SEGS_C):
-            g += sP[seg * 2 * KP * TJ + o]
-        if k0 + kk < K and j0 + jj < hidden:
-            w = sW[w_at(kk, jj)] - lr * g
-            sW[w_at(kk, jj)] = w
-            W1[k0 + kk, j0 + jj] = w
-        o += cuda.blockDim.x
-    cuda.syncthreads()
-
-
 @cuda.jit(device=True)
 def block_grads(sX, sdH, u, acc):
     """acc[4 kk + q] = sum over rows r = s, s + LANES, ... of sX[r, 4 c + kk] sdH[r, 4 half + q], u = (c, s,
@@ -1171,21 +1065,11 @@ class FusedTrainer:
             return self._blocks
         if course.SIMULATOR:
             return 1
-        argtypes = tuple(self.kernel.typeof_pyval(a) for a in args)
-        kernel = self.kernel.compile(argtypes)           # compiled once per signature, then looked up
+        argtypes = tuple(fused_steps_kernel.typeof_pyval(a) for a in args)
+        kernel = fused_steps_kernel.compile(argtypes)           # compiled once per signature, then looked up
         want = max(self.ntiles + cdiv(self.W[0].shape[1], UJ), self.batch_size, self.W[0].shape[1] + 1)
         self._blocks = min(want, kernel.max_cooperative_grid_blocks(self.threads))
         return self._blocks
-
-    @property
-    def kernel(self):
-        """The cooperative kernel (a trainer in scripts/ may bring another)."""
-        return fused_steps_kernel
-
-    @property
-    def clock_parts(self):
-        """The parts of a step that clock_report measures in this trainer's kernel."""
-        return CLOCK_PARTS
 
     def launch_phases(self, X_d, y_d, perm_d, step, losses, stream=0, phases=(1, 2, 3)):
         """The plain launches of step `step` (mode "phases"): phase A, B and C (1, 2, 3), or those in `phases`."""
@@ -1224,7 +1108,7 @@ class FusedTrainer:
             self.launch_phases(X_d, y_d, idx, 0, loss, stream)
         else:
             args = self._args(X_d, y_d, idx, 0, 1, loss, self.no_clocks)
-            self.kernel[self.grid(args), self.threads, stream](*args)
+            fused_steps_kernel[self.grid(args), self.threads, stream](*args)
 
     def epoch(self, X_d, y_d, perm_d, losses, clocks=None):
         """Train one epoch over the batches perm_d[k*B:(k+1)*B]; losses[k] (a zeroed-here float32 device array of
@@ -1253,7 +1137,7 @@ class FusedTrainer:
             if clocks is not None:
                 require("clocks", clocks, np.uint64, shape=(nsteps, grid, NPOINTS))
             args = self._args(X_d, y_d, perm_d, step0, n, losses, T, self.x_tiles(X_d, perm_d, grid, n))
-            self.kernel[grid, self.threads](*args)
+            fused_steps_kernel[grid, self.threads](*args)
         return losses
 
     def timed_epoch(self, X_d, y_d, perm_d, losses):
