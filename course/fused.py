@@ -9,7 +9,7 @@ tiles 84 x 8, so 8 x 16 = 128 tiles for 784-128) and, when it owns one tile, kee
 whole launch.
 
 Phase A, forward, per tile: the batch's TK inputs X[batch, tile] and the tile of W1 in shared memory (X's tile
-brought by the copy engine during the step before, on a GPU that has one and when the block keeps its tile: one
+brought by the TMA during the step before, on a GPU that has one and when the block keeps its tile: one
 copy from Xt, where the blocks without a batch row gathered the batch's tiles, gather_tiles; else staged by the
 threads); each thread sums a 4-row x 4-unit block of X W1 over its chunks of 4 inputs (16-byte shared loads,
 forward_tile), the 16 lanes that split a block's chunks add their sums with shuffles, and each adds one cell,
@@ -25,7 +25,7 @@ engine (without one, they ask the L2 cache for its rows).
 -- grid barrier: dZ2, dH, H are complete --
 Phase C, update W1: per tile dW1[tile] = X[batch, tile]^T dH[:, tile] (the X still in shared memory from phase A;
 4 x 4 blocks in registers over 1/8 of the rows, block_grads, added across 8 lanes by shuffles, update_cells) and
-W1[tile] -= lr dW1; between the two, the copy engine starts on the next batch's tile (the loads have read this
+W1[tile] -= lr dW1; between the two, the TMA starts on the next batch's tile (the loads have read this
 one). This step's small layer is updated before the next barrier 1 (or at the end of the launch).
 No barrier after C: the next phase A reads only the block's own tile of W1, and Z, which phase B zeroed.
 The grid barriers are hand-written (grid_barrier: one atomic count, a spinning load with acquire semantics);
@@ -47,7 +47,7 @@ from course.util import cdiv, require
 TJ = 8             # hidden units per tile: two groups of 4, a thread's 4 accumulators per row
 TK = 100           # inputs per tile (784 = 7 x 100 + 84): a row of a tile is 400 bytes, a multiple of 16
 TKP = 104          # TK padded with zeros to a multiple of 8: every thread's loop has one constant length
-XS = TK            # row stride of the staged X[batch, tile]: rows start on 16-byte boundaries (the copy engine)
+XS = TK            # row stride of the staged X[batch, tile]: rows start on 16-byte boundaries (the TMA)
 MAX_BATCH = 64     # a thread's rows are r and r + 32
 P_CELLS = 4096     # a shared scratch array: the warps' logits and dZ2[r] (B), the simulator's shuffles
 NC_PAD = 16        # classes padded: at most 15 outputs
@@ -62,6 +62,9 @@ C_WORK = 13 * 32   # phase C: NCH chunks x 2 halves x LANES lanes = 400 threads:
 DH_CELLS = MAX_BATCH * TJ
 DH_PER = 2         # phase C: cells of dH[:, tile] a thread loads early (the rest, in small blocks, later)
 THREADS = 512      # threads per block on a GPU
+
+
+# %% notebooks/10_fused.ipynb cell c039-2
 REGS = 128         # registers per thread at most, so that a 512-thread block fits on an SM
 XS_U = uint64(XS)  # unsigned constants: numba checks signed indices for wraparound (5 instructions per load)
 TJ_U = uint64(TJ)
@@ -73,7 +76,7 @@ SMALL_ONE = SMALL_CELLS   # sS[SMALL_ONE] = 1: the second factor of the sums of 
 
 _JIT = {} if course.SIMULATOR else dict(max_registers=REGS)
 _SIM = course.SIMULATOR   # the simulator's shuffles go through shared memory: every thread must call them
-X_ALIGN = None if course.SIMULATOR else 16   # bytes: where sX starts (the copy engine needs 16)
+X_ALIGN = None if course.SIMULATOR else 16   # bytes: where sX starts (the TMA needs 16)
 
 
 # %% notebooks/10_fused.ipynb cell c041
@@ -106,13 +109,13 @@ if course.SIMULATOR:
         """The simulator (one block): the cooperative groups' barrier."""
         grid.sync()
 
-    def has_copy_engine():
-        """The simulator has no copy engine: stage_x copies X."""
+    def has_tma():
+        """The simulator has no TMA: stage_x copies X."""
         return False
 
     def copy_init(*args):
-        """Not in the simulator (has_copy_engine() is False)."""
-        raise NotImplementedError("the copy engine needs a GPU of compute capability 9.0 or more")
+        """Not in the simulator (has_tma() is False)."""
+        raise NotImplementedError("the TMA needs a GPU of compute capability 9.0 or more")
 
     copy_expect = copy_tile = copy_done = copy_fence = copy_fence_global = copy_init
 
@@ -129,7 +132,10 @@ if course.SIMULATOR:
         scr[t] = v
         cuda.syncthreads()
         return scr[t ^ m]
-else:
+
+
+# %% notebooks/10_fused.ipynb cell ct2-2
+if not course.SIMULATOR:
     from llvmlite import ir
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
@@ -189,6 +195,9 @@ else:
                         [_item(context, builder, sig, args, 0)], ir.IntType(64))
         return types.uint64(bar), codegen
 
+
+# %% notebooks/10_fused.ipynb cell ct2-3
+if not course.SIMULATOR:
     @intrinsic
     def arrived(typingctx, bar):
         """bar[0], read with acquire semantics at GPU scope (PTX ld.acquire.gpu)."""
@@ -197,7 +206,7 @@ else:
                         [_item(context, builder, sig, args, 0)], ir.IntType(64))
         return types.uint64(bar), codegen
 
-    def has_copy_engine():
+    def has_tma():
         """Does this GPU copy from memory to shared memory by itself (PTX cp.async.bulk: compute capability 9.0+)?
         Where not, the copy_ intrinsics compile to nothing, and the kernels stage X with stage_x."""
         try:
@@ -208,9 +217,9 @@ else:
     @intrinsic
     def copy_init(typingctx, mbar):
         """mbar[0] (uint64, shared memory) := an mbarrier that completes a phase when one thread has arrived and
-        the bytes it announced have landed (PTX mbarrier.init), made visible to the copy engine."""
+        the bytes it announced have landed (PTX mbarrier.init), made visible to the TMA."""
         def codegen(context, builder, sig, args):
-            if has_copy_engine():
+            if has_tma():
                 _ptx(builder, "{ .reg .u64 a; .reg .u32 m; " + SHARED.format("$0", "m") +
                      " mbarrier.init.shared::cta.b64 [m], 1; fence.mbarrier_init.release.cluster; }", "l",
                      [_item(context, builder, sig, args, 0)])
@@ -221,7 +230,7 @@ else:
     def copy_expect(typingctx, mbar, nbytes):
         """Arrive on mbar[0] and announce nbytes more to land in this phase (PTX mbarrier.arrive.expect_tx)."""
         def codegen(context, builder, sig, args):
-            if has_copy_engine():
+            if has_tma():
                 _ptx(builder, "{ .reg .u64 a, s; .reg .u32 m; " + SHARED.format("$0", "m") +
                      " mbarrier.arrive.expect_tx.shared::cta.b64 s, [m], $1; }", "l,r",
                      [_item(context, builder, sig, args, 0), context.cast(builder, args[1], sig.args[1], types.uint32)])
@@ -230,11 +239,11 @@ else:
 
     @intrinsic
     def copy_tile(typingctx, sX, Xt, row, nbytes, mbar):
-        """Start the copy of nbytes from Xt[row, 0] on into sX[0] on by the copy engine (PTX cp.async.bulk): no
+        """Start the copy of nbytes from Xt[row, 0] on into sX[0] on by the TMA (PTX cp.async.bulk): no
         thread waits, no register holds the data; mbar[0] counts the bytes as they land. Both addresses 16-byte
         aligned, nbytes a multiple of 16."""
         def codegen(context, builder, sig, args):
-            if has_copy_engine():
+            if has_tma():
                 ops = [_item(context, builder, sig, args, 0), _item(context, builder, sig, args, 1, 1),
                        context.cast(builder, args[3], sig.args[3], types.uint32), _item(context, builder, sig, args, 4)]
                 _ptx(builder, "{ .reg .u64 a, g; .reg .u32 d, m; " + SHARED.format("$0", "d") +
@@ -244,22 +253,25 @@ else:
             return context.get_dummy_value()
         return types.void(sX, Xt, row, nbytes, mbar), codegen
 
+
+# %% notebooks/10_fused.ipynb cell ct2-4
+if not course.SIMULATOR:
     @intrinsic
     def copy_fence(typingctx):
-        """Order this thread's writes to shared memory before the copy engine's (PTX fence.proxy.async): after the
+        """Order this thread's writes to shared memory before the TMA's (PTX fence.proxy.async): after the
         zeros of start_copies, before the copies that land on them."""
         def codegen(context, builder, sig, args):
-            if has_copy_engine():
+            if has_tma():
                 _ptx(builder, "fence.proxy.async.shared::cta;", "", [])
             return context.get_dummy_value()
         return types.void(), codegen
 
     @intrinsic
     def copy_fence_global(typingctx):
-        """Order this thread's accesses to device memory before and after it with the copy engine's (PTX
+        """Order this thread's accesses to device memory before and after it with the TMA's (PTX
         fence.proxy.async.global): after gather_tiles' writes to Xt, and before a copy from there."""
         def codegen(context, builder, sig, args):
-            if has_copy_engine():
+            if has_tma():
                 _ptx(builder, "fence.proxy.async.global;", "", [])
             return context.get_dummy_value()
         return types.void(), codegen
@@ -269,7 +281,7 @@ else:
         """1 when mbar[0] has completed its phase of parity `parity` (0, 1, 0, ...): all its bytes landed, and they
         are visible to this thread; else 0 (PTX mbarrier.try_wait.parity, which waits a while itself)."""
         def codegen(context, builder, sig, args):
-            if not has_copy_engine():
+            if not has_tma():
                 return context.get_constant(types.uint32, 1)
             return _ptx(builder, "{ .reg .u64 a; .reg .u32 m; .reg .pred p; " + SHARED.format("$1", "m") +
                         " mbarrier.try_wait.parity.shared::cta.b64 p, [m], $2; selp.u32 $0, 1, 0, p; }", "=r,l,r",
@@ -297,6 +309,7 @@ else:
         return cuda.shfl_xor_sync(0xFFFFFFFF, v, m)
 
 
+# %% notebooks/10_fused.ipynb cell ct2-5
 @cuda.jit(device=True)
 def stamp(T, i, point):
     """T[i, block, point] = the clock, written by thread 0 (only when T has a row for step i)."""
@@ -363,7 +376,7 @@ def stage_x(X, perm, base, B, k0, sX):
 
 @cuda.jit(device=True)
 def copy_x(Xt, row, B, sX, mbar):
-    """The copy engine's stage_x: the block's last thread tells mbar the bytes to expect and starts ONE copy, of
+    """The TMA's stage_x: the block's last thread tells mbar the bytes to expect and starts ONE copy, of
     Xt[row:row + B] (a batch's tile: B x TK floats in a row of memory) into sX[:B], and goes on at once. The rows
     past the batch keep the zeros of start_copies."""
     if cuda.threadIdx.x == cuda.blockDim.x - 1:  # the last warp: in phase C, one with no dW1 block to sum
@@ -372,12 +385,13 @@ def copy_x(Xt, row, B, sX, mbar):
         copy_tile(sX, Xt, row, B * TK * 4, mbar)
 
 
+# %% notebooks/10_fused.ipynb cell c043-2
 @cuda.jit(device=True)
 def gather_tiles(X, perm, base, B, Xt, row0, v, stride):
     """Xt[row0 + kt MAX_BATCH + r, kk] = X[perm[base + r], kt TK + kk] for the rows r < B, zeros past the inputs:
     the batch's tile of inputs kt is ONE run of memory for copy_x. Thread v of `stride` threads writes the cells
     v, v + stride, ... (consecutive threads, consecutive inputs of a row of X), then fences its writes before the
-    copy engine's reads. Unsigned indices, constant divisors: few registers, in the middle of the epoch kernel."""
+    TMA's reads. Unsigned indices, constant divisors: few registers, in the middle of the epoch kernel."""
     K = uint64(X.shape[1])
     n = (K + uint64(TK - 1)) // uint64(TK) * uint64(MAX_BATCH * TK)      # cells of the batch's tiles
     v = uint64(v)
@@ -407,7 +421,7 @@ def start_copies(Xt, row, B, sX, mbar):
     while v < X_CELLS:
         sX[v] = float32(0.0)
         v += cuda.blockDim.x
-    copy_fence()                                 # this thread's zeros before the copy engine's writes
+    copy_fence()                                 # this thread's zeros before the TMA's writes
     if cuda.threadIdx.x == 0:
         copy_init(mbar)
     cuda.syncthreads()
@@ -433,10 +447,11 @@ def stage_w(W1, k0, j0, sW):
         v += cuda.blockDim.x
 
 
+# %% notebooks/10_fused.ipynb cell c043-3
 @cuda.jit(device=True)
 def forward_tile(sX, sW, B, j0, Z, scr):
-    """Z[r, j0 + jj] += sum over kk of sX[r, kk] sW[kk, jj]: forward_partials and add_partials again, with no
-    shares in shared memory. Thread u = (rg, half, s) sums ROWS_A rows rg, rg + 64 / ROWS_A, ... x units
+    """Z[r, j0 + jj] += sum over kk of sX[r, kk] sW[kk, jj], the partial sums kept in registers (none in
+    shared memory). Thread u = (rg, half, s) sums ROWS_A rows rg, rg + 64 / ROWS_A, ... x units
     4 half .. 4 half + 3 over the chunks s, s + L, ... of CH inputs (L = 4 ROWS_A lanes), each a 16-byte load
     (ROWS_A of X and 4 of W1: 16 ROWS_A multiply-adds); the L lanes s of the warp then add up their sums with
     shuffles (halve), each keeping one, of row rg + (s >> 2) 64 / ROWS_A and unit 4 half + s % 4, which it adds
@@ -475,11 +490,12 @@ def forward_tile(sX, sW, B, j0, Z, scr):
         u0 += cuda.blockDim.x
 
 
+# %% notebooks/10_fused.ipynb cell c043-4
 @cuda.jit(device=True)
 def phase_a(X, perm, base, W1, Z, sX, sW, sP, origin, fresh_w, mbar, copies, T, i):
     """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is staged when
     `fresh_w` (else sW holds it, as phase C left it); origin: tile_origin of the block's first tile. X[batch, tile]
-    is staged, or when `copies` (one tile per block) waits for the copy engine: mbar's phase i % 2. Every thread
+    is staged, or when `copies` (one tile per block) waits for the TMA: mbar's phase i % 2. Every thread
     of the block must call it."""
     B = Z.shape[0]
     K, hidden = W1.shape
@@ -528,6 +544,7 @@ def warp_class_sums(acc, scr):
     return acc[0] + shfl_xor(scr, acc[0], 1)
 
 
+# %% notebooks/10_fused.ipynb cell c045-2
 @cuda.jit(device=True)
 def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
     """Batch row r, a hidden unit per thread (j = t, then t + blockDim, ... when hidden is larger): H[r, j] =
@@ -611,6 +628,7 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
     cuda.syncthreads()                           # sP is reused by the next row
 
 
+# %% notebooks/10_fused.ipynb cell c045-3
 @cuda.jit(device=True)
 def phase_b(y, perm, base, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
     """Backward: one batch row per block at a time. Every thread must call it."""
@@ -624,7 +642,7 @@ def phase_b(y, perm, base, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
 @cuda.jit(device=True)
 def prefetch_next(X, perm, base, B, Xt, row0):
     """The blocks without a batch row (during phase B) prepare the next batch's X: when Xt has rows, they gather
-    its tiles into Xt[row0:] (gather_tiles), for the copy engine; else they ask the L2 cache for its rows of X,
+    its tiles into Xt[row0:] (gather_tiles), for the TMA; else they ask the L2 cache for its rows of X,
     a 128-byte line per thread."""
     if cuda.blockIdx.x < B or base + 2 * B > perm.shape[0]:
         return
@@ -646,7 +664,7 @@ def prefetch_next(X, perm, base, B, Xt, row0):
 def block_grads(sX, sdH, u, acc):
     """acc[4 kk + q] = sum over rows r = s, s + LANES, ... of sX[r, 4 c + kk] sdH[r, 4 half + q], u = (c, s,
     half): a 4 x 4 block of dW1[tile] over 1/LANES of the batch (rows past it are zeros), a row's 4 inputs and 4
-    units in two 16-byte loads for 16 multiply-adds (tile_grads: 6 loads for 8). A 16-byte load is served 8
+    units in two 16-byte loads for 16 multiply-adds. A 16-byte load is served 8
     lanes at a time: lanes 0 .. 7 read rows 0 .. 3 x both halves, 128 bytes of sdH in a row (no bank conflict)."""
     half, s, c = u % uint64(2), (u // uint64(2)) % uint64(LANES), min(u // uint64(2 * LANES), uint64(NCH - 1))
     for q in range(16):
@@ -702,6 +720,7 @@ def lane_sums(sR, n):
     return (s0 + s1) + (s2 + s3)
 
 
+# %% notebooks/10_fused.ipynb cell cf2-2
 @cuda.jit(device=True)
 def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
     """Hidden unit j < hidden: W2[j, c] -= lr sum_r H[r, j] dZ2[r, c] (c < C) and b1[j] -= lr sum_r dH[r, j]
@@ -760,6 +779,7 @@ def update_units(lr, H, dZ2, dH, W2, b1, b2, sP):
         u += cuda.gridDim.x
 
 
+# %% notebooks/10_fused.ipynb cell cf2-3
 @cuda.jit(device=True)
 def stage_small(H, dZ2, dH, j0, sS):
     """sS = H[:, j0:j0 + UJ], dH[:, j0:j0 + UJ] (MAX_BATCH x UJ each), dZ2 (MAX_BATCH x NC_PAD), zeros past the
@@ -808,6 +828,7 @@ def small_grad(a, sa, b, sb, sS):
     return (s0 + s1) + (s2 + s3)
 
 
+# %% notebooks/10_fused.ipynb cell cf2-4
 @cuda.jit(device=True)
 def update_small(lr, H, dZ2, dH, W2, b1, b2, first, sS, T, i):
     """The small layer after a step, by the blocks from `first` on (those with no tile; the others return at once),
@@ -860,11 +881,12 @@ def load_dh(dH, j0, d):
         d[q] = x if r < uint64(B) and uint64(j0) + jj < uint64(hidden) else float32(0.0)
 
 
+# %% notebooks/10_fused.ipynb cell cf2-5
 @cuda.jit(device=True)
 def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar, copies, T, i):
     """Update W1, every tile of this block: dW1[tile] = X[batch, tile]^T dH[:, tile], W1[tile] -= lr dW1[tile].
     X[batch, tile] and the tile of W1 are staged again unless `kept` (a block that owns one tile still holds both
-    from phase A). `copies`: once the sums have read sX, the copy engine brings the next batch's tile from Xt into
+    from phase A). `copies`: once the sums have read sX, the TMA brings the next batch's tile from Xt into
     it, for the next phase A. Every thread of the block must call it."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = dH.shape
@@ -925,7 +947,7 @@ def forward_kernel(X, perm, step, W1, Z, T):
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)
-    mbar = cuda.shared.array(1, uint64)          # unused: no copy engine here
+    mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
     phase_a(X, perm, step * Z.shape[0], W1, Z, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]), True, mbar,
             False, T, 0)
 
@@ -946,12 +968,13 @@ def update_kernel(X, perm, step, lr, W1, b1, W2, b2, H, dZ2, dH, T):
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)
     sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
-    mbar = cuda.shared.array(1, uint64)          # unused: no copy engine here
+    mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
     update_units(lr, H, dZ2, dH, W2, b1, b2, sP)
     phase_c(X, perm, step * H.shape[0], lr, W1, dH, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
             False, X, mbar, False, T, 0)
 
 
+# %% notebooks/10_fused.ipynb cell c047-2
 @cuda.jit(**_JIT)
 def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2, dH, losses, T, bar, Xt):
     """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, grid-wide
@@ -962,10 +985,10 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     grid_barrier's count (uint64, a multiple of gridDim before the launch: every launch adds 2 nsteps gridDim, and
     gridDim more when it gathers into Xt). Xt: room for two batches' tiles of X (gather_tiles), or no rows: when
     every tile has a block of its own, some blocks have no batch row and Xt has rows, the blocks without a row
-    gather the next batch's tiles there during phase B, and the copy engine brings each block's X[batch, tile]
+    gather the next batch's tiles there during phase B, and the TMA brings each block's X[batch, tile]
     from there during phase C."""
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
-    mbar = cuda.shared.array(1, uint64)          # the copy engine's count of the bytes landed
+    mbar = cuda.shared.array(1, uint64)          # the TMA's count of the bytes landed
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)     # partial sums; a row's logits in phase B
     sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
@@ -1014,6 +1037,7 @@ MODES = ("phases", "step", "epoch")  # 3 launches per step, 1 cooperative launch
 LAUNCHES_PER_STEP = {"phases": 3, "step": 1, "epoch": 0}  # plus one per epoch that zeroes the losses
 
 
+# %% notebooks/10_fused.ipynb cell c048-2
 class FusedTrainer:
     """SGD on the MLP with the fused kernels. params: a FlatParams (W1, b1, W2, b2) from course.train.init_params.
 
@@ -1044,9 +1068,9 @@ class FusedTrainer:
         self.dH = cuda.device_array((batch_size, hidden), f32)           # (B, hidden)
         self.no_clocks = cuda.device_array((0, 1, NPOINTS), np.uint64)
         self.bar = cuda.to_device(np.zeros(1, np.uint64))              # grid_barrier's count
-        self.no_tiles = cuda.device_array((0, TK), np.float32)            # Xt without rows: no copy engine
-        self.Xt = None                                                     # the batches' tiles for the copy engine
-        self.copies = has_copy_engine()
+        self.no_tiles = cuda.device_array((0, TK), np.float32)            # Xt without rows: no TMA
+        self.Xt = None                                                     # the batches' tiles for the TMA
+        self.copies = has_tma()
         self.ntiles = cdiv(K, TK) * cdiv(hidden, TJ)
         self._blocks = blocks
         self.batch_size = batch_size
@@ -1090,7 +1114,7 @@ class FusedTrainer:
 
     def x_tiles(self, X_d, perm_d, grid, nsteps):
         """fused_steps_kernel's Xt: room for two batches' tiles of X (2 x cdiv(K, TK) x MAX_BATCH rows of TK floats,
-        400 KB for MNIST), which the kernel gathers for the copy engine, when the GPU has one, the launch runs more
+        400 KB for MNIST), which the kernel gathers for the TMA, when the GPU has one, the launch runs more
         than one step and the grid has a block per tile and blocks without a batch row; else no rows (the threads
         stage X)."""
         if not (self.copies and nsteps > 1 and grid >= self.ntiles and grid > self.batch_size):

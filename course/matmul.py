@@ -135,6 +135,7 @@ def store_tiles(sA, sB, s, ra, rb):
         sB[s, kb + p * B_ROWS, n] = rb[p]
 
 
+# %% notebooks/09_matmul.ipynb cell cm2-2
 @cuda.jit(**({} if course.SIMULATOR else dict(max_registers=V4_REGS)))
 def matmul_v4_kernel(A, B, C):
     """v4: v3's register blocking, with the next tiles' global loads issued before the current tiles' FMAs (into
@@ -235,6 +236,7 @@ def store_tiles_flat(sA, sB, s, ra, rb):
         sB[uint32(s * SB_SIZE + (kb + p * B_ROWS) * BN + n)] = rb[p]
 
 
+# %% notebooks/09_matmul.ipynb cell cm5-2
 @cuda.jit(**({} if course.SIMULATOR else dict(max_registers=V4_REGS)))
 def matmul_v5_kernel(A, B, C):
     """v5: v4 with 128-bit shared loads. A thread's 8x8 outputs are four 4x4 quadrants (rows 4ty+i and

@@ -73,6 +73,7 @@ def grad_wb_kernel(A, dZ, dW, db):
             db[j] = acc
 
 
+# %% notebooks/10_fused.ipynb cell c032-2
 def softmax_xent_grad(logits, y, dZ, loss):
     """Mean cross-entropy into loss (1,) and its gradient dZ (B, C) from logits (B, C), y (B,): ONE launch."""
     require("logits", logits, np.float32, ndim=2)

@@ -27,7 +27,7 @@ TRAINERS = {mode: lambda p, B, lr, mode=mode: fused.FusedTrainer(p, B, lr, mode=
 from course.data import load_mnist  # noqa: E402
 from course.train import fit, init_params  # noqa: E402
 
-print("course.fused on", cuda.get_current_device().name, "| TMA bulk copies:", fused.has_copy_engine()
+print("course.fused on", cuda.get_current_device().name, "| TMA bulk copies:", fused.has_tma()
       and "--no-copies" not in sys.argv)
 X, y, Xt, yt = load_mnist()
 X_d, y_d = cuda.to_device(X), cuda.to_device(y)

@@ -87,7 +87,7 @@ def bench_fused(data, cfg, mode):
                      seed=SEED, mode=mode, progress=False)
     steps = len(data[0]) // cfg["batch_size"]
     row = _summary([e["seconds"] for e in hist["epoch"]], [e["test_acc"] for e in hist["epoch"]], cfg)
-    what = {"epoch": "one cooperative launch per epoch (on a GPU with a copy engine, the kernel gathers each next "
+    what = {"epoch": "one cooperative launch per epoch (on a GPU with a TMA, the kernel gathers each next "
                      "batch's tiles of X for it)", "step": "one cooperative launch per step",
             "phases": "three plain launches per step (forward, backward, update)"}[mode]
     return dict(row, launches_per_step=LAUNCHES_PER_STEP[mode] + 1 / steps,
