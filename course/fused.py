@@ -68,7 +68,21 @@ THREADS = 512      # threads per block on a GPU
 REGS = 128         # registers per thread at most, so that a 512-thread block fits on an SM
 XS_U = uint64(XS)  # unsigned constants: numba checks signed indices for wraparound (5 instructions per load)
 TJ_U = uint64(TJ)
-NPOINTS = 16       # clock points per step (see CLOCK_PARTS)
+NPOINTS = 16       # clock points per step (see CLOCK_PARTS); stamp(T, i, point) records one
+AT_STEP = 0        # the clock points: a step starts (phase A)
+AT_BARRIER_1 = 1   # phase A and the small layer done, at barrier 1
+AFTER_BARRIER_1 = 2
+AT_BARRIER_2 = 3   # phase B done
+AFTER_BARRIER_2 = 4
+AT_STEP_END = 5    # phase C done
+AT_X_STAGED = 6    # phase A: X[batch, tile] in shared memory
+AT_SPARE_STAGED = 7  # the spare blocks: H, dH and dZ2 staged
+AT_Z_ADDED = 8     # phase A: X W1 added into Z
+AT_LOGITS = 9      # phase B: the logits' sums of the warps
+AT_DZ2 = 10        # phase B: softmax and dZ2
+AT_DH_STAGED = 12  # phase C: dH[:, tile] in shared memory
+AT_W1_UPDATED = 14  # phase C: W1 updated
+AT_DW1_SUMS = 15   # phase C: dW1's 4 x 4 blocks summed in registers
 UJ = 32            # the small layer's update by the blocks without a tile: hidden units per block
 SMALL_CELLS = 2 * MAX_BATCH * UJ + MAX_BATCH * NC_PAD   # H, dH columns and dZ2 staged: 5,120 cells (in sX)
 SMALL_PER = 10     # cells a thread loads at once (SMALL_CELLS / THREADS)
@@ -510,13 +524,13 @@ def phase_a(X, perm, base, W1, Z, sX, sW, sP, origin, fresh_w, mbar, copies, T, 
         else:
             stage_x(X, perm, base, B, k0, sX)
         cuda.syncthreads()
-        stamp(T, i, 6)
+        stamp(T, i, AT_X_STAGED)
         forward_tile(sX, sW, B, j0, Z, sP[P_CELLS - 512:])
         tile += cuda.gridDim.x
         if tile < ntiles:                        # (a division: only when there is a next tile)
             cuda.syncthreads()                   # sX and sW are read: the next tile may be staged
             k0, j0 = tile_origin(tile, hidden)
-    stamp(T, i, 8)
+    stamp(T, i, AT_Z_ADDED)
 
 
 # %% notebooks/10_fused.ipynb cell c045
@@ -587,7 +601,7 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
     if lane % 2 == 0:
         sR[w * NC_PAD + lane // 2] = s
     cuda.syncthreads()
-    stamp(T, i, 9)
+    stamp(T, i, AT_LOGITS)
     z4 = cuda.local.array(4, float32)            # 4 sums, so that the 16 loads do not wait for each other
     for q in range(4):
         z4[q] = float32(0.0)
@@ -611,7 +625,7 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
         if c == label:
             cuda.atomic.add(losses, step, (math.log(s) - (zc - m)) / float32(B))
     cuda.syncthreads()
-    stamp(T, i, 10)
+    stamp(T, i, AT_DZ2)
     if t < hidden:
         g = float32(0.0)
         for k in range(NC_PAD):
@@ -859,7 +873,7 @@ def update_small(lr, H, dZ2, dH, W2, b1, b2, first, sS, T, i):
         a, sa, b, sb = D + c, NC_PAD, SMALL_ONE, 0
     if j0 < hidden:
         stage_small(H, dZ2, dH, j0, sS)
-    stamp(T, i, 7)
+    stamp(T, i, AT_SPARE_STAGED)
     if ok and j0 < hidden:
         new = old - lr * small_grad(uint64(a), uint64(sa), uint64(b), uint64(sb), sS)
         if kind == 0:
@@ -912,7 +926,7 @@ def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar, 
             stage_x(X, perm, base, B, k0, sX)
             stage_w(W1, k0, j0, sW)
         cuda.syncthreads()
-        stamp(T, i, 12)
+        stamp(T, i, AT_DH_STAGED)
         u0 = 0
         while u0 < C_WORK:                       # a pass for every thread (the simulator's shuffles need them all)
             u = uint64(u0 + t)
@@ -920,14 +934,14 @@ def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar, 
                 block_grads(sX, sdH, u, acc)
             if u0 + nt >= C_WORK:                # the last pass: every thread has read sX
                 cuda.syncthreads()
-                stamp(T, i, 15)
+                stamp(T, i, AT_DW1_SUMS)
                 if copies:                       # the last thread: in a warp without a block when nt > C_WORK
                     copy_x(Xt, tile_rows(i + 1, k0, B, K), B, sX, mbar)
             if u < C_WORK or _SIM:
                 update_cells(lr, W1, k0, j0, sW, u, acc, sP[P_CELLS - 512:])
             u0 += nt
         cuda.syncthreads()                       # sW is updated
-        stamp(T, i, 14)
+        stamp(T, i, AT_W1_UPDATED)
         tile += cuda.gridDim.x
         if tile < ntiles:                        # (a division: only when there is a next tile)
             k0, j0 = tile_origin(tile, hidden)
@@ -1009,23 +1023,23 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
         start_copies(Xt, tile_rows(0, origin[0], B, W1.shape[0]), B, sX, mbar)
     for i in range(nsteps):
         step = step0 + i
-        stamp(T, i, 0)
+        stamp(T, i, AT_STEP)
         phase_a(X, perm, step * B, W1, Z, sX, sW, sP, origin, not kept or i == 0, mbar, copies, T, i)
         if i > 0 and spare:
             update_small(lr, H, dZ2, dH, W2, b1, b2, ntiles, sX, T, i)   # the step before's (tile blocks: nothing)
         elif i > 0:
             update_units(lr, H, dZ2, dH, W2, b1, b2, sP)     # the step before's hidden units
-        stamp(T, i, 1)
+        stamp(T, i, AT_BARRIER_1)
         grid_barrier(grid, bar)                  # Z is complete, W2, b1 and b2 are updated
-        stamp(T, i, 2)
+        stamp(T, i, AFTER_BARRIER_1)
         phase_b(y, perm, step * B, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i)
         prefetch_next(X, perm, step * B, B, Xt, tile_rows(i + 1, 0, B, W1.shape[0]))
-        stamp(T, i, 3)
+        stamp(T, i, AT_BARRIER_2)
         grid_barrier(grid, bar)                  # H, dZ2 and dH are complete, Z is zero again
-        stamp(T, i, 4)
+        stamp(T, i, AFTER_BARRIER_2)
         phase_c(X, perm, step * B, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar,
                 copies and i + 1 < nsteps, T, i)
-        stamp(T, i, 5)
+        stamp(T, i, AT_STEP_END)
     if spare:
         update_small(lr, H, dZ2, dH, W2, b1, b2, ntiles, sX, T, nsteps)
     else:
@@ -1217,20 +1231,20 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
 
 # %% notebooks/10_fused.ipynb cell ck2
 CLOCK_PARTS = {    # name: (from point, to point, blocks measured); "tiles": blocks with a tile, "rows": with a row
-    "A: X[batch, tile] into shared memory": (0, 6, "tiles"),
-    "A: X W1 in registers, added across lanes (shuffles) and into Z (atomics)": (6, 8, "tiles"),
-    "A: the step before's W2, b1, b2 (a unit per block; nothing when blocks are spare)": (8, 1, "tiles"),
-    "the step before's W2, b1, b2 in the spare blocks (off the path: from C to barrier 1)": (8, 1, "spare"),
-    "spare: H, dH, dZ2 staged": (8, 7, "spare"),
-    "spare: sums, W2, b1, b2 written": (7, 1, "spare"),
-    "barrier 1 (last arrival to first release)": (1, 2, "barrier"),
-    "B: H[r], the logits' sums in each warp": (2, 9, "rows"),
-    "B: softmax, dZ2": (9, 10, "rows"),
-    "B: dH": (10, 3, "rows"),
-    "barrier 2 (last arrival to first release)": (3, 4, "barrier"),
-    "C: dH[:, tile] into shared memory": (4, 12, "tiles"),
-    "C: dW1 = X^T dH in registers, 4 x 4 blocks": (12, 15, "tiles"),
-    "C: the blocks added across lanes (shuffles), W1 updated": (15, 14, "tiles"),
+    "A: X[batch, tile] into shared memory": (AT_STEP, AT_X_STAGED, "tiles"),
+    "A: X W1 in registers, added across lanes (shuffles) and into Z (atomics)": (AT_X_STAGED, AT_Z_ADDED, "tiles"),
+    "A: the step before's W2, b1, b2 (a unit per block; nothing when blocks are spare)": (AT_Z_ADDED, AT_BARRIER_1, "tiles"),
+    "the step before's W2, b1, b2 in the spare blocks (off the path: from C to barrier 1)": (AT_Z_ADDED, AT_BARRIER_1, "spare"),
+    "spare: H, dH, dZ2 staged": (AT_Z_ADDED, AT_SPARE_STAGED, "spare"),
+    "spare: sums, W2, b1, b2 written": (AT_SPARE_STAGED, AT_BARRIER_1, "spare"),
+    "barrier 1 (last arrival to first release)": (AT_BARRIER_1, AFTER_BARRIER_1, "barrier"),
+    "B: H[r], the logits' sums in each warp": (AFTER_BARRIER_1, AT_LOGITS, "rows"),
+    "B: softmax, dZ2": (AT_LOGITS, AT_DZ2, "rows"),
+    "B: dH": (AT_DZ2, AT_BARRIER_2, "rows"),
+    "barrier 2 (last arrival to first release)": (AT_BARRIER_2, AFTER_BARRIER_2, "barrier"),
+    "C: dH[:, tile] into shared memory": (AFTER_BARRIER_2, AT_DH_STAGED, "tiles"),
+    "C: dW1 = X^T dH in registers, 4 x 4 blocks": (AT_DH_STAGED, AT_DW1_SUMS, "tiles"),
+    "C: the blocks added across lanes (shuffles), W1 updated": (AT_DW1_SUMS, AT_W1_UPDATED, "tiles"),
 }
 
 

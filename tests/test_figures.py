@@ -297,6 +297,7 @@ FIGURES = [
     Fig("01", "c025", r"of the (108) on the outer ring", calc(lambda: mnist_blank_pixels()[2], why="28·4 - 4")),
     Fig("01", "c025", r"and (16) more", calc(lambda: mnist_blank_pixels()[3], why="MNIST's training images")),
     Fig("01", "c054", r"runs at ([\d.]+) TB/s", Spec("h200_hbm_tbs")),
+    Fig("01", "c054", r"each batch still costs\s+about (\d+) µs", Out("01", "c052", r"device path:.*?([\d.]+) us each")),
     # --- 02 ---
     Fig("02", "c000", r"is used (16) times", calc(lambda: 16, why="16×16 tiles")),
     Fig("02", "c011", r"now reused (16) times", calc(lambda: 16, why="16×16 tiles")),
