@@ -98,7 +98,7 @@ def test_epoch_kernel_on_a_gpu_matches_the_numpy_twin(data, blocks):
 
 @pytest.mark.skipif(course.SIMULATOR, reason="the TMA is a GPU's")
 @pytest.mark.parametrize("batch,hidden,blocks", [(64, 128, None), (37, 24, 40)])
-def test_the_copy_engine_brings_every_tile_of_x(batch, hidden, blocks):
+def test_the_tma_brings_every_tile_of_x(batch, hidden, blocks):
     """784 inputs (tiles of 100: the last 84 wide, its other 16 columns zeros), a block per tile and more: the
     epoch kernel with the batches' tiles gathered in the kernel for the TMA (gather_tiles) matches the
     twin, and so does the same trainer with the threads staging X; Xt holds the last two batches' tiles; a batch
