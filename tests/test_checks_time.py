@@ -3,6 +3,7 @@ import pytest
 from conftest import mutant
 
 import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
+from numba import cuda  # noqa: E402
 from course.checks import CheckFailure
 from course.checks import time as checks
 from course.graphs import batch_index_kernel
@@ -23,6 +24,19 @@ def test_a_different_correct_answer_passes():
         flops += 2 * (weights + biases) * steps
         return flops, 4 * n_in * n_train + 12 * (weights + biases) * steps
     checks.check_epoch_cost(epoch_cost_other)
+
+
+@cuda.jit
+def batch_index_while(perm, counter, idx):
+    """A different correct kernel: a while loop, the batch's start worked out inside."""
+    i = cuda.threadIdx.x
+    while i < idx.size:
+        idx[i] = perm[counter[0] * idx.size + i]
+        i += cuda.blockDim.x
+
+
+def test_a_different_correct_kernel_passes():
+    checks.check_batch_index(batch_index_while)
 
 
 # --- Exercise 8.1: planted wrong counts (one line of the solution changed) -------------------------------------
