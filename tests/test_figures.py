@@ -268,7 +268,7 @@ BENCH = "bench-h200.json"
 FUSED = "fused-h200.json"
 FUSED_S = Json(BENCH, "rows[impl=course_fused].epoch_s")
 TORCH_S = Json(BENCH, "rows[impl=pytorch_eager].epoch_s")
-SPEEDUP_08 = Out("10", "c058", r"speed-up ([\d.]+)x")
+SPEEDUP_10 = Out("10", "c058", r"speed-up ([\d.]+)x")
 LAUNCH_3 = Out("08", "c007", r"3 arrays\s*:\s*([\d.]+) µs")        # a launch with three array arguments
 LAUNCH_0 = Out("08", "c007", r"no argument\s*:\s*([\d.]+) µs")
 PLAIN_EPOCH_06 = Out("06", "c029", r"SGD lr 0.1, 784-128-10\s+([\d.]+) s per epoch")
@@ -276,8 +276,8 @@ LADDER = lambda name: Out("10", "c054", re.escape(name) + r"\s+([\d.]+) µs per 
 LADDER_TF = lambda name: Out("09", "c028", r"4096² × 4096\s+" + re.escape(name) + r"\s+([\d.]+) TFLOP")  # noqa
 STEP_WALL = Out("08", "c015", r"whole step\s+([\d.]+) µs")
 FP32_MS = Out("08", "c019", r"at FP32 peak: ([\d.]+) ms")
-FUSED_MS_08 = Out("10", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
-PLAIN_MS_08 = Out("10", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
+FUSED_MS_10 = Out("10", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
+PLAIN_MS_10 = Out("10", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
 from course.fused import CLOCK_PARTS  # noqa: E402
 CLOCK = lambda part: Out("10", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
 SPARE_US = CLOCK(r"the step before's W2, b1, b2 in the spare blocks \(off the path: from C to barrier 1\)")
@@ -350,7 +350,7 @@ FIGURES = [
     Fig("07", "c052", r"the paper's (61) %", calc(lambda: 100 * 6 / math.pi ** 2, why="6/pi^2")),
     Fig("07", "c052", r"the paper's 61 % and (15) %", calc(lambda: 100 * 6 / (4 * math.pi ** 2), why="6/(4 pi^2)")),
     # --- 08 ---
-    Fig("10", "f000", r"a training loop (\d+)× faster", SPEEDUP_08),
+    Fig("10", "f000", r"a training loop (\d+)× faster", SPEEDUP_10),
     Fig("08", "c000", r"in about ([\d.]+) s per epoch on an H200", PLAIN_EPOCH_06),
     Fig("08", "c000", r"\(([\d.]+) s per epoch in the course's benchmark\)", TORCH_S),
     Fig("08", "c000", r"about (\d+) GFLOP of useful", Out("08", "c019", r"epoch: ([\d.]+) GFLOP"), tol=0.02),
@@ -472,16 +472,16 @@ FIGURES = [
     Fig("10", "c062", r"about ([\d.]+) ms with three\s+launches", calc(lambda us: us / 1e3, LADDER("fused phases (3/step)"))),
     Fig("10", "c062", r"([\d.]+) ms with one cooperative launch per step", calc(lambda us: us / 1e3, LADDER("fused step (1 cooperative/step)"))),
     Fig("10", "c062", r"own time per step, about (\d+) µs", LADDER("fused epoch (1/epoch)")),
-    Fig("10", "c062", r"kernel takes ([\d.]+) ms per epoch against", FUSED_MS_08),
-    Fig("10", "c062", r"against ([\d.]+) ms for the plain loop", PLAIN_MS_08),
-    Fig("10", "c062", r"loop: (\d+)× faster", SPEEDUP_08),
+    Fig("10", "c062", r"kernel takes ([\d.]+) ms per epoch against", FUSED_MS_10),
+    Fig("10", "c062", r"against ([\d.]+) ms for the plain loop", PLAIN_MS_10),
+    Fig("10", "c062", r"loop: (\d+)× faster", SPEEDUP_10),
     Fig("10", "c062", r"the host: (\d+) ms in the benchmark", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
     Fig("10", "c062", r"it is (\d+)× faster than PyTorch", calc(lambda t, f: t / f, TORCH_S, FUSED_S)),
     Fig("10", "c062", r"eager \((\d+) ms per epoch\)", calc(lambda t: t * 1e3, TORCH_S), tol=0.01),
     Fig("10", "c062", r"and ([\d.]+)× faster than PyTorch with", calc(lambda g, f: g / f, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"), FUSED_S)),
     Fig("10", "c062", r"\((\d+) ms an epoch\),\s+the fair", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
     Fig("10", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
-    Fig("10", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_08, FP32_MS), tol=0.05),
+    Fig("10", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_10, FP32_MS), tol=0.05),
     Fig("10", "c062", r"split a step into (\d+) parts", calc(lambda: sum(who != "spare" for _, _, who in CLOCK_PARTS.values()), why="course.fused.CLOCK_PARTS on the path")),
     Fig("10", "c062", r"gives about (\d+) ns for a dependent", Json(FUSED, "latency_probe.l2_hit_ns")),
     Fig("10", "c062", r"about (\d+) ns for a trip to DRAM", Json(FUSED, "latency_probe.dram_ns")),
