@@ -44,8 +44,9 @@ PIECES = {  # exercise -> (piece, the course's object it replaces); only a same-
     "7.1": ("combine (landscape)", "course.landscape:combine_kernel"),
     "7.2": ("projection onto the plane", "course.landscape:project_to_plane"),
     "7.3": ("filter normalization", "course.landscape:filter_normalize"),
-    "8.1": ("matmul v3 (register-blocked)", "course.perf:matmul_v3_kernel"),
-    "8.2": ("grid-stride SGD", "course.perf:sgd_gridstride_kernel"),
+    "8.2": ("batch indices of a replayed graph", "course.graphs:batch_index_kernel"),
+    "9.1": ("matmul v3 (register-blocked)", "course.matmul:matmul_v3_kernel"),
+    "10.1": ("grid-stride SGD", "course.merged:sgd_gridstride_kernel"),
 }
 UPDATE = {"sgd": "5.1", "momentum": "5.2", "adam": "5.3"}
 ALWAYS_COURSE = "gather of the labels, column sums (db), count_correct, zero and divide"  # no exercise for these

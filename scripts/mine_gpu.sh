@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11 on a GPU: a simulated student does every exercise of 01-08 (their solutions typed into the exercise
+# Issue 11 on a GPU: a simulated student does every exercise of 01-10 (their solutions typed into the exercise
 # cells, each check run, so each passing one is saved by course.mine), then `python -m course train --mine` trains
 # the 784-128-10 MLP for 10 epochs on their kernels. Fails unless every piece the trainer runs is the student's and
 # the test accuracy is >= 0.974. Writes notebooks/results/mine-<gpu>.json (default name mine-h200.json).

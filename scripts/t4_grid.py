@@ -1,8 +1,8 @@
-"""course.fused on this GPU as a T4 would run it: the copy engine (TMA, PTX cp.async.bulk) off, as below sm_90, and
+"""course.fused on this GPU as a T4 would run it: the TMA (the per-SM bulk-copy unit, PTX cp.async.bulk) off, as below sm_90, and
 the cooperative grid capped at what a T4 co-schedules. Every mode checked against the NumPy twin (20 steps, full
 size), ms per epoch of each mode, test accuracy after 3 epochs against the plain loop. An H200 limited to a T4's
 grid, NOT a T4 measurement: a T4 has fewer, slower SMs and 320 GB/s of memory, so its epochs are slower; what this
-shows is that the kernels are correct, and how much slower they get, with a T4's grid and without the copy engine.
+shows is that the kernels are correct, and how much slower they get, with a T4's grid and without the TMA.
 
 The T4's grid: 40 SMs x the blocks of the kernel one SM holds within a T4's limits per SM (64 KB of shared memory,
 1,024 threads, 64K registers, 16 blocks), from the kernel's registers and shared memory per block as ptxas reports
@@ -10,7 +10,7 @@ them for sm_75 (course/tools/compile.py; the kernel's own attributes on this GPU
 
 Usage: COURSE_DEVICE=gpu python scripts/t4_grid.py [--out notebooks/results/fused-t4grid-h200.json] [--quick]
   --quick: no 3-epoch accuracy run.
-The knobs it reaches from outside (course/fused.py is exported from notebook 08): course.fused.has_copy_engine,
+The knobs it reaches from outside (course/fused.py is exported from notebook 08): course.fused.has_tma,
 replaced before anything compiles (its intrinsics ask it while generating code; FusedTrainer asks it for
 `copies`), and FusedTrainer's `blocks` argument (the grid of the cooperative modes)."""
 import json
@@ -23,7 +23,7 @@ import numpy as np
 import course  # noqa: F401  (first: it picks the GPU or the simulator)
 import course.fused as fused
 
-fused.has_copy_engine = lambda: False    # before anything compiles: the TMA path off, as on every GPU below sm_90
+fused.has_tma = lambda: False    # before anything compiles: the TMA path off, as on every GPU below sm_90
 
 from numba import cuda  # noqa: E402
 
@@ -42,7 +42,7 @@ OUT = "notebooks/results/fused-t4grid-h200.json"
 
 
 def sm75_resources():
-    """Registers and shared memory per block of fused_steps_kernel as ptxas assembles it for sm_75 (copy engine
+    """Registers and shared memory per block of fused_steps_kernel as ptxas assembles it for sm_75 (TMA
     off, max_registers as the kernel asks), or the compiled kernel's attributes on this GPU without ptxas."""
     from numba import types
     names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
@@ -123,7 +123,7 @@ def main():
           flush=True)
     checks = {mode: check(mode, None if mode == "phases" else grid, X_d, y_d, perm, X, y) for mode in fused.MODES}
     for mode, c in checks.items():
-        print(f"check {mode:6s} ({c['blocks'] or 'natural'} blocks, copy engine {c['copies']}): max |loss - twin| "
+        print(f"check {mode:6s} ({c['blocks'] or 'natural'} blocks, TMA {c['copies']}): max |loss - twin| "
               f"{c['max_loss_err']:.2e}, max |param - twin| {c['max_param_err']:.2e}  {'OK' if c['ok'] else 'WRONG'}",
               flush=True)
     times = {}
@@ -133,7 +133,7 @@ def main():
         times[mode] = dict(epoch_ms=ms, last_loss=round(last, 4))
         print(f"epoch {mode:6s}: {ms:8.2f} ms (last loss {last:.4f})", flush=True)
     full_ms, _, full = epoch_ms("epoch", None, X_d, y_d, perm_d)
-    print(f"epoch on this GPU's own grid ({full._blocks} blocks), copy engine off: {full_ms:.2f} ms", flush=True)
+    print(f"epoch on this GPU's own grid ({full._blocks} blocks), TMA off: {full_ms:.2f} ms", flush=True)
     acc = None
     if "--quick" not in sys.argv:
         f = fused.fit_fused(X, y, Xt, yt, epochs=EPOCHS, blocks=grid, progress=False)
@@ -144,7 +144,7 @@ def main():
               f"{acc['plain']:.4f}", flush=True)
     result = dict(
         what=(f"H200 limited to a T4's grid, not a T4 measurement: course.fused (784-{HIDDEN}-10, batch {B}, SGD lr "
-              f"{LR}, {n // B} steps an epoch) on an {dev.name} with the copy engine (TMA) off and the cooperative "
+              f"{LR}, {n // B} steps an epoch) on an {dev.name} with the TMA off and the cooperative "
               f"grid capped at what a T4 co-schedules ({T4['sms']} SMs x {per_sm} block(s) of the kernel), by "
               f"scripts/t4_grid.py, {date.today().isoformat()}. check: {CHECK_STEPS} steps at full size against "
               f"the NumPy twin (course.fused.sgd_epoch_ref); epoch_ms: median of {REPEATS} epochs (2 for the "
@@ -152,7 +152,7 @@ def main():
         device=str(dev.name), t4_limits={k: v for k, v in T4.items() if k != "cc"}, sm75_resources=res,
         blocks_per_sm=per_sm, occupancy_limits=limits, grid=grid, ntiles=probe.ntiles, threads=probe.threads,
         w1_tiles_kept=probe.ntiles <= grid, checks=checks, epochs=times,
-        epoch_ms_own_grid_no_copy_engine=dict(blocks=full._blocks, epoch_ms=full_ms), accuracy=acc)
+        epoch_ms_own_grid_no_tma=dict(blocks=full._blocks, epoch_ms=full_ms), accuracy=acc)
     with open(out, "w") as fh:
         json.dump(result, fh, indent=1)
         fh.write("\n")

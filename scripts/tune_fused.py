@@ -3,12 +3,11 @@ steps), ms per epoch of the epoch kernel, where each microsecond of a step goes 
 course.fused.clock_report), and the test accuracy after 3 epochs against the plain loop. The figures of
 notebooks/results/fused-h200.json come from this script.
 
-Usage: python scripts/tune_fused.py [--quick] [--small-x=N] [--no-copies] [--column] [NAME=VALUE ...]
+Usage: python scripts/tune_fused.py [--quick] [--small-x=N] [--no-copies] [NAME=VALUE ...]
   --quick: no accuracy run; --small-x=N: every batch drawn from the first N rows of X (timing only: does the
-  memory behind X matter?); --no-copies: the threads stage X, as on a GPU without a copy engine; --column: check
-  and time scripts/fused_column.py's kernel (one barrier a step) instead; NAME=VALUE sets a constant of
-  course.fused before anything compiles, e.g. THREADS=256."""
-import os
+  memory behind X matter?); --no-copies: the threads stage X, as on a GPU without the TMA; NAME=VALUE sets a
+  constant of course.fused before anything compiles, e.g. THREADS=256. The experiments not adopted (one barrier a
+  step, X as bytes, ...) and their options can be read at commit 11407c9 (scripts/fused_*.py)."""
 import sys
 import time
 
@@ -24,18 +23,12 @@ for arg in sys.argv[1:]:
         setattr(fused, name, int(value))
 if "--no-copies" in sys.argv:
     fused.FusedTrainer.x_tiles = lambda self, X_d, perm_d, grid, nsteps: self.no_tiles
-if "--column" in sys.argv:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import fused_column  # noqa: E402
-    TRAINERS = {"column": lambda p, B, lr, mode=None: fused_column.ColumnTrainer(p, B, lr)}
-else:
-    TRAINERS = {mode: lambda p, B, lr, mode=mode: fused.FusedTrainer(p, B, lr, mode=mode) for mode in fused.MODES}
+TRAINERS = {mode: lambda p, B, lr, mode=mode: fused.FusedTrainer(p, B, lr, mode=mode) for mode in fused.MODES}
 from course.data import load_mnist  # noqa: E402
 from course.train import fit, init_params  # noqa: E402
 
-print("course.fused on", cuda.get_current_device().name, "| copy engine:", fused.has_copy_engine()
-      and "--no-copies" not in sys.argv, "| kernel:", "scripts/fused_column.py" if "--column" in sys.argv
-      else "course.fused")
+print("course.fused on", cuda.get_current_device().name, "| TMA bulk copies:", fused.has_tma()
+      and "--no-copies" not in sys.argv)
 X, y, Xt, yt = load_mnist()
 X_d, y_d = cuda.to_device(X), cuda.to_device(y)
 B, HIDDEN, LR = 64, 128, 0.1
@@ -75,11 +68,11 @@ print(f"epoch: {ms:.2f} ms ({ms / nsteps * 1e3:.2f} us per step), blocks {traine
 # 3. the clocks
 T = trainer.timed_epoch(X_d, y_d, perm_d, losses)
 print(f"clocks ({len(T)} steps, {T.shape[1]} blocks; the slowest block of each part, median over the steps):")
-for name, us in fused.clock_report(T, trainer.ntiles, B, parts=trainer.clock_parts).items():
+for name, us in fused.clock_report(T, trainer.ntiles, B).items():
     print(f"  {name:45s} {us:7.2f} us")
 
 # 4. accuracy after 3 epochs, fused vs plain
-if "--quick" not in sys.argv and "--column" not in sys.argv:
+if "--quick" not in sys.argv:
     f = fused.fit_fused(X, y, Xt, yt, epochs=3, progress=False)
     p = fit(X, y, Xt, yt, epochs=3, progress=False)
     fa, pa = f["epoch"][-1]["test_acc"], p["epoch"][-1]["test_acc"]

@@ -183,13 +183,13 @@ def test_a_bug_in_the_check_itself_is_not_blamed_on_the_student(monkeypatch):
 
 # --- hints in two levels, tracebacks that end at the message --------------------------------------------
 
-CODE_HINT_EXERCISES = ("1.3", "2.1", "5.1", "7.1", "8.1", "8.2")
+CODE_HINT_EXERCISES = ("1.3", "2.1", "5.1", "7.1", "9.1", "10.1")
 
 
 def test_every_check_has_a_code_level_hint_and_names_it():
     import course.checks.train  # noqa: F401  (notebook 06's checks)
     for number in ("1.1", "1.2", "1.3", "2.1", "2.2", "2.3", "3.1", "3.2", "3.3", "4.1", "4.2", "4.3", "5.1", "5.2",
-                   "5.3", "6.1", "6.2", "7.1", "7.2", "7.3", "8.1", "8.2"):
+                   "5.3", "6.1", "6.2", "7.1", "7.2", "7.3", "9.1", "10.1"):
         assert len(core.HINTS[number].splitlines()) >= 2, number
     with pytest.raises(ValueError, match="no exercise"):
         hint("9.9")

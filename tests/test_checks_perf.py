@@ -1,4 +1,4 @@
-"""Notebook 08's checks pass the solutions and reject planted wrong kernels."""
+"""Notebooks 09 and 10: their checks pass the solutions and reject planted wrong kernels."""
 import pytest
 from conftest import mutant
 from numba import cuda
@@ -6,7 +6,8 @@ from numba import cuda
 import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 from course.checks import CheckFailure
 from course.checks import perf as checks
-from course.perf import matmul_v3_kernel, sgd_gridstride_kernel
+from course.matmul import matmul_v3_kernel
+from course.merged import sgd_gridstride_kernel
 
 
 def test_solutions_pass():
@@ -16,7 +17,7 @@ def test_solutions_pass():
 
 # --- planted wrong answers: each a mutation of the solution (tests/conftest.py: mutant), one row per bug ----
 
-# --- Exercise 8.1: planted wrong inner products (the rest of the kernel as in the solution) -----------------
+# --- Exercise 9.1: planted wrong inner products (the rest of the kernel as in the solution) -----------------
 
 @pytest.mark.parametrize("old, new", [
     pytest.param("a[i] * b[j]", "a[i] * b[i]", id="b[i] for b[j]"),  # a plausible typo
@@ -28,11 +29,11 @@ def test_solutions_pass():
     pytest.param("if row < C.shape[0] and col < C.shape[1]:", "if True:", id="no epilogue guard"),
 ])
 def test_matmul_v3_check_rejects(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 8.1"):
+    with pytest.raises(CheckFailure, match="Exercise 9.1"):
         checks.check_matmul_v3(mutant(matmul_v3_kernel, old, new))
 
 
-# --- Exercise 8.2: planted wrong grid-stride loops -----------------------------------------------------------
+# --- Exercise 10.1: planted wrong grid-stride loops -----------------------------------------------------------
 
 @pytest.mark.parametrize("old, new", [
     # one element per thread: a grid too small leaves elements untouched
@@ -46,13 +47,13 @@ def test_matmul_v3_check_rejects(old, new):
     pytest.param("p.size,", "p.size + 1,", id="past the end"),  # <= instead of <: one element past the end
 ])
 def test_sgd_gridstride_check_rejects(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 8.2"):
+    with pytest.raises(CheckFailure, match="Exercise 10.1"):
         checks.check_sgd_gridstride(mutant(sgd_gridstride_kernel, old, new))
 
 
 def test_unimplemented_raises_not_implemented():
     @cuda.jit
     def stub(p, g, lr):
-        raise NotImplementedError("Exercise 8.2: a grid-stride loop")
-    with pytest.raises(NotImplementedError, match="Exercise 8.2"):
+        raise NotImplementedError("Exercise 10.1: a grid-stride loop")
+    with pytest.raises(NotImplementedError, match="Exercise 10.1"):
         checks.check_sgd_gridstride(stub)

@@ -76,7 +76,7 @@ def test_epoch_kernel_on_a_gpu_matches_the_numpy_twin(data, blocks):
     """The epoch kernel with 512 threads (hidden 40: 5 tiles): with blocks to spare the blocks without a tile
     update the small layer (update_small), with 5 blocks every block updates a hidden unit after phase A, with 3
     each block restages its tiles; grid_barrier's count grows by 2 gridDim a step (and gridDim a launch when the
-    kernel gathers X's tiles for the copy engine) and stays a multiple of it."""
+    kernel gathers X's tiles for the TMA) and stays a multiple of it."""
     from numba import cuda
     X, y = data[0], data[1]
     params = init_params(40, SEED, n_in=X.shape[1])
@@ -96,16 +96,16 @@ def test_epoch_kernel_on_a_gpu_matches_the_numpy_twin(data, blocks):
     assert (t._blocks > t.ntiles + 1) == (blocks is None)
 
 
-@pytest.mark.skipif(course.SIMULATOR, reason="the copy engine is a GPU's")
+@pytest.mark.skipif(course.SIMULATOR, reason="the TMA is a GPU's")
 @pytest.mark.parametrize("batch,hidden,blocks", [(64, 128, None), (37, 24, 40)])
-def test_the_copy_engine_brings_every_tile_of_x(batch, hidden, blocks):
+def test_the_tma_brings_every_tile_of_x(batch, hidden, blocks):
     """784 inputs (tiles of 100: the last 84 wide, its other 16 columns zeros), a block per tile and more: the
-    epoch kernel with the batches' tiles gathered in the kernel for the copy engine (gather_tiles) matches the
+    epoch kernel with the batches' tiles gathered in the kernel for the TMA (gather_tiles) matches the
     twin, and so does the same trainer with the threads staging X; Xt holds the last two batches' tiles; a batch
     of 37 leaves 27 rows of sX at their zeros (40 blocks: 3 without a row gather the tiles)."""
     from numba import cuda
 
-    from course.fused import TK, has_copy_engine
+    from course.fused import TK, has_tma
     X, y, _, _ = load_mnist(None)
     X, y = X[:batch * 5 + 3], y[:batch * 5 + 3]
     perm = np.random.default_rng(5).permutation(len(X))[:batch * 5]
@@ -122,7 +122,7 @@ def test_the_copy_engine_brings_every_tile_of_x(batch, hidden, blocks):
         for name in want:
             np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=0, err_msg=name)
         if copies:
-            assert has_copy_engine() == (t.Xt is not None)
+            assert has_tma() == (t.Xt is not None)
             if t.Xt is not None:                 # steps 4 and 3, in slots 0 and 1; the last tile: 84 inputs, zeros
                 Xt = t.Xt.copy_to_host().reshape(2, 8, 64, TK)[:, :, :batch]    # MAX_BATCH rows a tile
                 for slot, step in ((0, 4), (1, 3)):

@@ -1,4 +1,4 @@
-"""Notebook 08's course.perf launchers (the register-blocked matmuls, the fused loss and gradient kernels, the
+"""Notebooks 09 and 10: the course.matmul and course.merged launchers (the register-blocked matmuls, the fused loss and gradient kernels, the
 merged step) against NumPy, in the simulator (moved here from tests/test_fused.py, which checks course.fused).
 
 float32 tolerances: sums of <= 40 products of N(0, 1) values in another order than NumPy: 1e-4 relative."""
@@ -19,7 +19,7 @@ def data():
 
 def test_matmul_v3_matches_numpy_at_odd_sizes():
     from numba import cuda
-    from course.perf import matmul_v3
+    from course.matmul import matmul_v3
     rng = np.random.default_rng(0)
     for M, K, N in [(1, 1, 1), (129, 9, 3), (5, 17, 130)]:
         A, B = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
@@ -36,8 +36,8 @@ def test_matmul_v4_v5_match_numpy_at_odd_sizes(version):
     """Several tiles along K (K = 17, 20: both shared buffers in turn, the last tile partly zero), partial row and
     column tiles (v5: rows and columns in both halves of its quadrants, 68 and 70 > HALF_M)."""
     from numba import cuda
-    from course import perf
-    matmul = getattr(perf, f"matmul_{version}")
+    from course import matmul as ladder
+    matmul = getattr(ladder, f"matmul_{version}")
     rng = np.random.default_rng(1)
     for M, K, N in [(1, 1, 1), (129, 17, 3), (5, 20, 130), (68, 9, 70)]:
         A, B = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
@@ -51,7 +51,7 @@ def test_matmul_v4_v5_match_numpy_at_odd_sizes(version):
 def test_softmax_xent_grad_matches_the_reference(B, C):
     from numba import cuda
     from course.loss import softmax_xent_ref
-    from course.perf import softmax_xent_grad
+    from course.merged import softmax_xent_grad
     rng = np.random.default_rng(B)
     logits = (rng.standard_normal((B, C)) * 5).astype(np.float32)
     y = rng.integers(0, C, B)
@@ -66,7 +66,7 @@ def test_softmax_xent_grad_matches_the_reference(B, C):
 
 def test_grad_wb_matches_the_reference():
     from numba import cuda
-    from course.perf import grad_wb
+    from course.merged import grad_wb
     rng = np.random.default_rng(0)
     A, dZ = rng.standard_normal((13, 21)).astype(np.float32), rng.standard_normal((13, 17)).astype(np.float32)
     dW, db = cuda.device_array((21, 17), np.float32), cuda.device_array(17, np.float32)
@@ -80,7 +80,7 @@ def test_grad_wb_matches_the_reference():
 @pytest.mark.slow
 def test_merged_step_equals_the_plain_step(data):
     from numba import cuda
-    from course.perf import train_step_9
+    from course.merged import train_step_9
     from course.train import buffers, train_step
     from course.update import SGD
     X, y = data[0][:BATCH], data[1][:BATCH]

@@ -87,10 +87,10 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     sgd_run = fit(X, y, Xt, yt, lr=0.5, optimizer="sgd", log_every=1, progress=False, **setup)  # the course's
     ref = sgd_run["params"].flat.copy_to_host()
     st = course.use_mine()
-    assert {k for k, why in whose(st).items() if why == "yours"} == {k for k in mine.PIECES if k[0] in "123456"}
-    assert all(why == "never checked" for k, why in whose(st).items() if k[0] in "78")
+    assert {k for k, why in whose(st).items() if why == "yours"} == {k for k in mine.PIECES if int(k.split(".")[0]) <= 6}
+    assert all(why == "never checked" for k, why in whose(st).items() if int(k.split(".")[0]) >= 7)
     out = capsys.readouterr().out
-    assert "17 of 22 pieces run your code" in out and row(out, "7.1") == "course's: never checked"
+    assert f"17 of {len(mine.PIECES)} pieces run your code" in out and row(out, "7.1") == "course's: never checked"
     for key in mine.trainer_keys("sgd"):  # what the course's loop calls is the student's code, from their files
         module, attr = mine._target(key)
         fn = getattr(module, attr)
@@ -105,7 +105,7 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     out = capsys.readouterr().out
     assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
     assert f"test accuracy of the network you trained: {sgd_run['epoch'][-1]['test_acc']:.4f}" in out
-    for name in ("07_landscape.ipynb", "08_performance.ipynb"):  # 07's and 08's last cells, the same way
+    for name in ("07_landscape.ipynb", "10_fused.ipynb"):  # 07's and 10's last cells, the same way
         cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
         mine.run_cell(dict(course=course, plain_s=0.5, plain_acc=0.25), cell, f"<{name} payoff>")
     out = capsys.readouterr().out
@@ -190,7 +190,7 @@ def test_no_student_work_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     assert len(out) == 1 and out[0].startswith("course.use_mine(): no passing solutions of yours in")
     assert all(fn is None and why == "never checked" for fn, why in st.values())
     mine.report()
-    assert "0 of 22 pieces run your code" in capsys.readouterr().out
+    assert f"0 of {len(mine.PIECES)} pieces run your code" in capsys.readouterr().out
     monkeypatch.setenv("COURSE_MINE_DIR", "off")  # nothing saved, nothing used
     check_scale_kernel(course.scale.scale_kernel)
     assert mine.run_cell(ns := {"__name__": "__main__"}, SCALE_CELL, "<cell>") is None
@@ -243,13 +243,13 @@ def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_pat
     assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
 
 
-def test_student_copies_call_use_mine_and_06_to_08_end_with_the_payoff():
+def test_student_copies_call_use_mine_and_06_07_10_end_with_the_payoff():
     for path in sorted(nbtools.EXERCISES.glob("*.ipynb")):
         cells = nbtools.read(path)["cells"]
         first = next(nbtools.source(c) for c in cells if c["cell_type"] == "code")
         assert ("course.use_mine()" in first) == (path.name >= "03"), path.name
         assert first.startswith(colab.cell_block() + "\nimport course"), path.name  # the Colab block, then course
-        assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name >= "06"), path.name
+        assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name in nbtools.MINE_PAYOFF), path.name
         again = nbtools.add_mine_cells(nbtools.read(path), path.name)  # applied twice, it changes nothing
         assert nbtools.dumps(again) == path.read_text(encoding="utf-8")
     for path in nbtools.solution_notebooks():  # the solution notebooks are left as they are
@@ -300,7 +300,7 @@ for path in nbtools.solution_notebooks()[:5]:
         if any(d == "export" for d, _ in nbtools.directives(src)):
             mine.run_cell(ns, nbtools._strip(src), f"<{path.stem} cell {i}>")
     for key, (_, target) in mine.PIECES.items():
-        if key[0] == path.name[1] and target in sigs:
+        if int(key.split(".")[0]) == int(path.name[:2]) and target in sigs:
             name = target.split(":")[1]
             text, _ = mine.capture(ns[name])
             file = f"{sys.argv[1]}/ex_{key.replace('.', '_')}.py"

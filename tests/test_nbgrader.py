@@ -277,7 +277,7 @@ def _squash(text):
 
 def test_student_build_holds_no_solution(build):
     """No solution block in the build's package or notebooks. course/checks/ is left out: its code-level hints
-    (hint("N.M"), issue 10) are for students who ask, and one of them (8.2's) spells out the two-line answer."""
+    (hint("N.M"), issue 10) are for students who ask, and one of them (10.1's) spells out the two-line answer."""
     built = _squash("\n".join(p.read_text() for p in build.rglob("*.py") if "checks" not in p.parts))
     built_nbs = _squash("\n".join(p.read_text() for p in build.rglob("*.ipynb")))
     reference = _squash("\n".join(p.read_text() for p in nbtools.PACKAGE.glob("*.py")))

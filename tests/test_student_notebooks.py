@@ -15,7 +15,7 @@ from nbclient.exceptions import CellExecutionError
 from course.tools import nbtools
 
 STUDENT = sorted(nbtools.EXERCISES.glob("*.ipynb"))
-DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_performance"]
+DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_time", "09_matmul", "10_fused"]
 
 
 def first_exercise(path):
@@ -116,7 +116,7 @@ def test_student_copy_with_solutions_refuses_a_missing_solution(tmp_path, monkey
 
 def test_bench_table_shows_in_the_student_copy_of_08():
     """08's benchmark cell finds notebooks/results/bench-h200.json when run from notebooks/exercises/."""
-    cells = nbformat.read(nbtools.EXERCISES / "08_performance.ipynb", as_version=4).cells
+    cells = nbformat.read(nbtools.EXERCISES / "08_time.ipynb", as_version=4).cells
     bench = next(c for c in cells if c.cell_type == "code" and "bench-h200.json" in c.source)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import json\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nimport course\n"

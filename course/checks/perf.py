@@ -1,4 +1,4 @@
-"""Checks for notebook 08's exercises (the register-blocked matmul, a grid-stride SGD)."""
+"""Checks for the exercises of notebooks 09 (the register-blocked matmul) and 10 (a grid-stride SGD)."""
 import numpy as np
 
 import course
@@ -9,16 +9,16 @@ from course.util import cdiv
 ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumulated in another order than BLAS
 
 
-@exercise("8.1", more="""\
+@exercise("9.1", more="""\
   for kk in range(BK):                               # every kk of the tile
       for i in range(TM): a[i] = sA[kk, ty + TY * i]     # the same strided rows ...
       for j in range(TN): b[j] = sB[kk, tx + TX * j]     # ... and columns as the epilogue that writes C
       for i in range(TM):
           for j in range(TN): acc[i, j] += a[i] * b[j]""")
 def check_matmul_v3(kernel, seed=0):
-    """Exercise 8.1: the register-blocked matmul on odd shapes (not multiples of the 128x128 tile nor of BK = 8),
+    """Exercise 9.1: the register-blocked matmul on odd shapes (not multiples of the 128x128 tile nor of BK = 8),
     with exact and oversized grids; blocks of (16, 16) threads, as the kernel's tiling requires."""
-    from course.perf import BM, BN, V3_BLOCK
+    from course.matmul import BM, BN, V3_BLOCK
     rng = np.random.default_rng(seed)
     cases = []
     shapes = [((19, 37, 23), (1, 0)), ((course.pick(140, 130), 9, 5), (0, 0)),   # spare blocks; two row tiles
@@ -30,17 +30,17 @@ def check_matmul_v3(kernel, seed=0):
         grid = (cdiv(N, BN) + extra[0], cdiv(M, BM) + extra[1])
         cases.append(dict(name=f"A {A.shape} @ B {B.shape}", grid=grid, block=V3_BLOCK, inputs=[A, B],
                           expected=A @ B, unit=(BN, BM)))  # a tile of C is what sizes are multiples of
-    return run_cases("Exercise 8.1", kernel, cases, atol=ATOL, rtol=RTOL,
+    return run_cases("Exercise 9.1", kernel, cases, atol=ATOL, rtol=RTOL,
                      hint="look at which rows of sA and columns of sB a thread reads into its registers (the same "
                           "strided ones the epilogue writes to C), at whether every kk of the tile is used, and "
                           "at the outer product: every (i, j) pair of the thread's TM x TN block")
 
 
-@exercise("8.2", more="""\
+@exercise("10.1", more="""\
   for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):   # start at the GLOBAL index,
       p[i] -= lr * g[i]                                     # stride by the threads of the whole GRID""")
 def check_sgd_gridstride(kernel, seed=0):
-    """Exercise 8.2: p -= lr * g in place, for grids too small (each thread must loop) and too large."""
+    """Exercise 10.1: p -= lr * g in place, for grids too small (each thread must loop) and too large."""
     rng = np.random.default_rng(seed)
     cases = []
     for n, grid, block in ((course.pick(1000, 200), 1, 32), (course.pick(999, 131), 3, 32), (37, 4, 32),
@@ -54,7 +54,7 @@ def check_sgd_gridstride(kernel, seed=0):
             steps.append((g, (lr,), (cur,)))
         cases.append(dict(name=f"{n} parameters, {grid * block} threads", grid=grid, block=block, names=["p"],
                           state=[p], steps=steps))
-    return run_inplace_steps("Exercise 8.2", kernel, cases,
+    return run_inplace_steps("Exercise 10.1", kernel, cases,
                              hint="look at where a thread's loop starts (its index in the whole grid) and how far "
                                   "it steps (the number of threads in the whole grid, not the block): every element "
                                   "exactly once, for grids smaller and larger than the array")

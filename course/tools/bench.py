@@ -19,7 +19,7 @@ first touch), epoch_s is the median of the others, test_acc is measured after th
                        the device; skipped with a note without torch or without a GPU
 
 The graph rows are skipped in the simulator (it has no CUDA graphs). Without --quick on a GPU, "matmul" lists the
-TFLOP/s of notebook 08's matmul ladder at 4096^3 (v1 to v5 and cuBLAS through PyTorch when importable).
+TFLOP/s of notebook 09's matmul ladder at 4096^3 (v1 to v5 and cuBLAS through PyTorch when importable).
 """
 import math
 import platform
@@ -87,7 +87,7 @@ def bench_fused(data, cfg, mode):
                      seed=SEED, mode=mode, progress=False)
     steps = len(data[0]) // cfg["batch_size"]
     row = _summary([e["seconds"] for e in hist["epoch"]], [e["test_acc"] for e in hist["epoch"]], cfg)
-    what = {"epoch": "one cooperative launch per epoch (on a GPU with a copy engine, the kernel gathers each next "
+    what = {"epoch": "one cooperative launch per epoch (on a GPU with a TMA, the kernel gathers each next "
                      "batch's tiles of X for it)", "step": "one cooperative launch per step",
             "phases": "three plain launches per step (forward, backward, update)"}[mode]
     return dict(row, launches_per_step=LAUNCHES_PER_STEP[mode] + 1 / steps,
@@ -268,11 +268,11 @@ def bench_torch_graph(data, cfg, init):
 
 
 def bench_matmul(n=MATMUL_N):
-    """[{"impl", "n", "tflops"}]: notebook 08's matmul ladder at (n, n) @ (n, n), FP32, by CUDA events (median),
+    """[{"impl", "n", "tflops"}]: notebook 09's matmul ladder at (n, n) @ (n, n), FP32, by CUDA events (median),
     and cuBLAS through PyTorch (TF32 off) when torch sees a GPU."""
     from numba import cuda
     from course.forward import matmul_v1_kernel, matmul_v2_kernel
-    from course.perf import matmul_v3, matmul_v4, matmul_v5
+    from course.matmul import matmul_v3, matmul_v4, matmul_v5
     from course.timing import gpu_time
     rng = np.random.default_rng(0)
     A = cuda.to_device(rng.standard_normal((n, n)).astype(np.float32))

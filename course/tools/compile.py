@@ -5,7 +5,7 @@ it). Every kernel and signature of course/tools/signatures.py ("module:kernel" -
 them: "C" layout `[::1]` as launchers pass them, "A" layout `[:]` as the checks' guarded views do) is typed and
 lowered once, then NVVM makes PTX from it for each target (the cheap part): a kernel's first signature for every
 one of TARGETS, its other layouts for the lowest and highest. A module whose code depends on the target
-(course.fused: the copy engine, PTX cp.async.bulk, sm_90 only) is lowered here with the copy engine off for sm_75 to
+(course.fused: the TMA bulk copies, PTX cp.async.bulk, sm_90 only) is lowered here with the TMA off for sm_75 to
 sm_89, and by a second process, at the same time, with it on for sm_90. Checked: no Hopper-only instruction in a
 non-Hopper target's PTX (and such a module's sm_90 PTX has one, or the check could not see it); where ptxas is
 found (the numba-cuda[cu12] wheels bring it), each kernel's first signature assembled for every target, its
@@ -36,10 +36,10 @@ TARGETS = {  # compute capability: who has it, shared memory per SM in bytes (CU
 }
 HOPPER = (9, 0)
 HOPPER_ONLY = ("cp.async.bulk", "mbarrier", "fence.proxy.async", "wgmma", "setmaxnreg", "elect.sync", "st.async",
-               "red.async", "multimem")  # PTX of sm_90 only (mbarrier: the course uses it for the copy engine only)
-TARGET_DEPENDENT = "has_copy_engine"  # a module that defines this asks it while generating code
+               "red.async", "multimem")  # PTX of sm_90 only (mbarrier: the course uses it for the TMA only)
+TARGET_DEPENDENT = "has_tma"  # a module that defines this asks it while generating code
 CC = HOPPER                   # the target numba's own lowering sees (the same IR for every target from sm_75 on)
-COPIES_FLAG = "--copy-engine"  # the second process: target-dependent modules lowered with the copy engine on
+COPIES_FLAG = "--tma"  # the second process: target-dependent modules lowered with the TMA on
 
 
 def is_kernel(v):
@@ -139,7 +139,7 @@ def limit_problems(res, cc, max_registers=None):
 
 
 def main(argv=None):
-    """Compile here with the copy engine off (every target below sm_90, and sm_90 for target-independent modules);
+    """Compile here with the TMA off (every target below sm_90, and sm_90 for target-independent modules);
     meanwhile a second process lowers the target-dependent modules with it on, for sm_90 (a device function
     compiles once per process and signature, so one process cannot lower both ways)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -164,7 +164,7 @@ def main(argv=None):
 
 def targets_for(module, first, copies):
     """The targets a kernel signature gets PTX for in this process: all (the first signature of a kernel) or the
-    lowest and highest (its other layouts); in the copy-engine process sm_90 for target-dependent modules only."""
+    lowest and highest (its other layouts); in the TMA process sm_90 for target-dependent modules only."""
     dependent = hasattr(module, TARGET_DEPENDENT)
     if copies:
         return [HOPPER] if dependent else []
@@ -220,7 +220,7 @@ def compile_all(types, ptxas, only=(), copies=False):
     failed, hopper_seen = 0, {}
     if ptxas is None and not copies:
         print("note: no ptxas (the numba-cuda[cu12] wheels bring one): registers and shared memory not checked")
-    tag = " [copy engine on]" if copies else ""
+    tag = " [TMA on]" if copies else ""
     for key, sigs in all_signatures().items():
         if only and not any(o in key for o in only):
             continue
@@ -256,7 +256,7 @@ def compile_all(types, ptxas, only=(), copies=False):
             print(f"FAIL {modname}: its sm_90 PTX has no Hopper-only instruction, so the check for one below sm_90 "
                   "could not see one: is HOPPER_ONLY up to date?")
         else:
-            print(f"ok   {modname}: the copy engine's Hopper-only PTX in sm_90's code only")
+            print(f"ok   {modname}: the TMA's Hopper-only PTX in sm_90's code only")
     return 1 if failed else 0
 
 

@@ -285,7 +285,7 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
         "\"5.2\", \"6.1\", \"6.2\"]  # what they ran on\n"
         "course.mine.report(pieces);"),
-    "08_performance.ipynb": (
+    "10_fused.ipynb": (
         "## Your kernels in the benchmark\n\n"
         "The plain loop timed above (`fit`, the recipe of the benchmark) ran your passing kernels wherever "
         "`course.use_mine()` in the first cell found them. Here is its row next to the benchmark's, and whose "
@@ -299,8 +299,8 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
 
 
 def add_mine_cells(nb, name):
-    """Student copies of 03-08 call course.use_mine() in their first cell; 06-08 end with what ran on the student's
-    kernels (the payoff). Every student copy's first cells also get the Colab badge and block (course/tools/colab.py)."""
+    """Student copies of 03-10 call course.use_mine() in their first cell; 06, 07 and 10 end with what ran on the
+    student's kernels (the payoff). Every student copy's first cells also get the Colab badge and block (course/tools/colab.py)."""
     from .colab import add_colab
     add_colab(nb, name)
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")

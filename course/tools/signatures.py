@@ -73,17 +73,17 @@ _BWD = f"{{y}}, {_I}, int64, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_M2
 _UPD = f"{_M2}, {_I}, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_T}"
 _STEPS = (f"{_M2}, {{y}}, {_I}, int64, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_M2}, {_V}, "
           f"{_T}, uint64[::1], float32[:, ::1]")
-PERF = {  # every kernel of notebook 08 (course.perf, course.graphs, course.fused), as launchers and checks call it
+PERF = {  # every kernel of notebooks 08-10 (course.perf, course.graphs, course.matmul, course.merged, course.fused), as launchers and checks call it
     "course.perf:empty1_kernel": [_V],
     "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
-    "course.perf:matmul_v3_kernel": [f"{_M2}, {_M2}, {_M2}", f"{_A2}, {_A2}, {_A2}"],
-    "course.perf:matmul_v4_kernel": [f"{_M2}, {_M2}, {_M2}"],
-    "course.perf:matmul_v5_kernel": [f"{_M2}, {_M2}, {_M2}"],
-    "course.graphs:batch_index_kernel": [f"{_I}, {_I}, {_I}"],
+    "course.matmul:matmul_v3_kernel": [f"{_M2}, {_M2}, {_M2}", f"{_A2}, {_A2}, {_A2}"],
+    "course.matmul:matmul_v4_kernel": [f"{_M2}, {_M2}, {_M2}"],
+    "course.matmul:matmul_v5_kernel": [f"{_M2}, {_M2}, {_M2}"],
+    "course.graphs:batch_index_kernel": [f"{_I}, {_I}, {_I}", "int64[:], int64[:], int64[:]"],  # launcher, check
     "course.graphs:record_loss_kernel": [f"{_V}, {_I}, {_V}"],
-    "course.perf:softmax_xent_grad_kernel": [f"{_M2}, {_I}, {_M2}, {_V}", f"{_M2}, int32[::1], {_M2}, {_V}"],
-    "course.perf:grad_wb_kernel": [f"{_M2}, {_M2}, {_M2}, {_V}"],
-    "course.perf:sgd_gridstride_kernel": ["float32[::1], float32[::1], float32", "float32[:], float32[:], float32"],
+    "course.merged:softmax_xent_grad_kernel": [f"{_M2}, {_I}, {_M2}, {_V}", f"{_M2}, int32[::1], {_M2}, {_V}"],
+    "course.merged:grad_wb_kernel": [f"{_M2}, {_M2}, {_M2}, {_V}"],
+    "course.merged:sgd_gridstride_kernel": ["float32[::1], float32[::1], float32", "float32[:], float32[:], float32"],
     "course.fused:forward_kernel": [_FWD],
     "course.fused:backward_kernel": [_BWD.format(y=_I), _BWD.format(y="int32[::1]")],
     "course.fused:update_kernel": [_UPD],

@@ -1,0 +1,75 @@
+"""Checks for notebook 10's case-study exercises (a warp's sum by shuffles, the grid barrier's count)."""
+import numpy as np
+from numba import cuda, float32
+
+from course.checks.core import call, exercise, fail, run_cases
+
+WARP = 32
+SCRATCH = 1024  # the check's kernel: a shared cell per thread for the simulator's shuffles (blocks up to 1024)
+
+
+def _warp_sum_kernel(warp_sum):
+    """A kernel that calls the student's device function: out[i] = warp_sum(scr, x[i]) for every thread."""
+    @cuda.jit
+    def kernel(x, out):
+        scr = cuda.shared.array(SCRATCH, float32)
+        i = cuda.grid(1)
+        v = x[i] if i < x.shape[0] else float32(0)   # every lane takes part, past the end with a 0
+        s = warp_sum(scr, v)
+        if i < out.shape[0]:
+            out[i] = s
+    return kernel
+
+
+def warp_sums_ref(x):
+    """Each element replaced by the sum of its warp's 32 (zeros past the end)."""
+    padded = np.zeros(-(-x.size // WARP) * WARP, np.float64)
+    padded[:x.size] = x
+    return np.repeat(padded.reshape(-1, WARP).sum(axis=1), WARP)[:x.size].astype(np.float32)
+
+
+@exercise("10.2", more="""\
+  m = 16
+  while m > 0:                      # 16, 8, 4, 2, 1: after the exchange with lane ^ m, every lane holds the sum
+      v += shfl_xor(scr, v, m)      # of its group of 2m lanes
+      m //= 2
+  return v""")
+def check_warp_sum(warp_sum, seed=0):
+    """Exercise 10.2: every thread gets its warp's sum, for blocks of 1-4 warps and sizes that are and are not whole
+    warps and blocks."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for n, block in ((64, 32), (100, 32), (256, 128), (300, 96), (37, 64)):
+        x = rng.standard_normal(n).astype(np.float32)
+        cases.append(dict(name=f"{n} values", grid=-(-n // block), block=block, inputs=[x], expected=warp_sums_ref(x)))
+    return run_cases("Exercise 10.2", _warp_sum_kernel(warp_sum), cases, atol=1e-5, rtol=1e-5,
+                     hint="look at the masks (16, 8, 4, 2, 1: five exchanges, each with lane ^ m), and at what each "
+                          "exchange does: add the partner's value to your own, in every lane")
+
+
+@exercise("10.3", more="""\
+  return (old // blocks + 1) * blocks     # the next multiple of blocks above the count this block saw""")
+def check_barrier_target(barrier_target, seed=0):
+    """Exercise 10.3: a grid of `blocks` blocks meets barrier after barrier; at each, the blocks count in one at a
+    time in a random order, and each must wait for exactly the count at which the last one has arrived."""
+    ex = "Exercise 10.3"
+    rng = np.random.default_rng(seed)
+    for blocks in (1, 2, 7, 128, 132):
+        start = blocks * int(rng.integers(0, 1000))      # bar[0] only grows: earlier launches' barriers
+        count = start
+        for barrier in range(int(rng.integers(3, 7))):
+            for arrival, block in enumerate(rng.permutation(blocks)):
+                old = count                              # what the atomic add returns to this block
+                count += 1
+                case = (f"with {blocks} blocks, at a launch's barrier {barrier + 1}: block {block} arrived "
+                        f"{arrival + 1}th of {blocks} (the count was {old} before its add)")
+                got = call(ex, case, barrier_target, old, blocks)
+                want = start + (barrier + 1) * blocks
+                if got is None or int(got) != want:
+                    why = ("it would be released before the last block arrived (a race)" if got is not None
+                           and int(got) < want else "it would wait past this barrier's last arrival (a deadlock)")
+                    fail(ex, case, f"expected to wait for the count {want}, got {got!r}: {why}",
+                         "the count only grows (launch after launch), by one per block at each barrier: the blocks of "
+                         "one barrier see old = b x blocks ... (b + 1) x blocks - 1 for some b, and all wait for "
+                         "(b + 1) x blocks")
+    return "5 grid sizes (1 to 132 blocks), several barriers each, blocks arriving in random orders"

@@ -1,0 +1,44 @@
+"""Checks for notebook 09's second exercise (occupancy: how many blocks of a kernel an SM holds)."""
+import numpy as np
+
+from course.checks.core import call, exercise, fail
+from course.matmul import BLOCK_SMEM_RESERVED, REG_UNIT, SM_BLOCKS, SM_REGISTERS, SM_SMEM, SM_WARPS
+
+WARP = 32
+
+
+def blocks_per_sm_ref(threads, regs, smem):
+    """Blocks of `threads` threads, `regs` registers a thread and `smem` bytes of shared memory that fit one SM."""
+    warps = -(-threads // WARP)                                   # a partial warp still takes a whole warp
+    warp_regs = -(-regs * WARP // REG_UNIT) * REG_UNIT             # a warp's registers, rounded up to the unit
+    by_warps = SM_WARPS // warps
+    by_regs = (SM_REGISTERS // warp_regs) // warps
+    by_smem = SM_SMEM // (smem + BLOCK_SMEM_RESERVED)
+    return min(SM_BLOCKS, by_warps, by_regs, by_smem)
+
+
+@exercise("9.2", more="""\
+  warps = (threads + 31) // 32                                     # whole warps
+  warp_regs = (regs * 32 + 255) // 256 * 256                       # a warp's registers, in units of 256
+  return min(SM_BLOCKS, SM_WARPS // warps, SM_REGISTERS // warp_regs // warps,
+             SM_SMEM // (smem + BLOCK_SMEM_RESERVED))""")
+def check_blocks_per_sm(blocks_per_sm, seed=0):
+    """Exercise 9.2: blocks per SM for random block sizes (whole warps and not), registers and shared memory, each
+    limit binding in some case, and the kernels of notebooks 09 and 10."""
+    ex = "Exercise 9.2"
+    rng = np.random.default_rng(seed)
+    known = [(256, 122, 8448, "matmul v3"), (256, 128, 16896, "matmul v4"), (512, 128, 47800, "course.fused's kernel"),
+             (32, 16, 0, "a tiny kernel: the block limit"), (1024, 32, 0, "1024 threads: the warp limit"),
+             (128, 40, 100000, "large shared memory"), (96, 255, 0, "255 registers")]
+    cases = known + [(int(rng.integers(1, 1025)), int(rng.integers(16, 256)), int(rng.integers(0, 120000)), "random")
+                     for _ in range(40)]
+    for threads, regs, smem, what in cases:
+        case = f"threads={threads}, regs={regs}, smem={smem} ({what})"
+        got = call(ex, f"with {case}", blocks_per_sm, threads, regs, smem)
+        want = blocks_per_sm_ref(threads, regs, smem)
+        if got != want:
+            fail(ex, f"with {case}", f"expected {want} blocks per SM, got {got!r}",
+                 "take the smallest of four limits: blocks (32), warps (64, a partial warp counts whole), registers "
+                 "(65,536, given to each warp in units of 256) and shared memory (233,472 bytes, each block also "
+                 "keeping 1,024 for the system)")
+    return f"{len(cases)} block shapes (each of the four limits binding in some)"

@@ -1,0 +1,39 @@
+"""Notebook 09's occupancy check passes the solution and rejects planted wrong answers."""
+import pytest
+from conftest import mutant
+
+import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
+from course.checks import CheckFailure
+from course.checks import matmul as checks
+from course.matmul import blocks_per_sm
+
+
+def test_solution_passes():
+    checks.check_blocks_per_sm(blocks_per_sm)
+
+
+def test_a_different_correct_answer_passes():
+    def blocks_per_sm_loop(threads, regs, smem):
+        """Add blocks one at a time until the next one does not fit."""
+        import math
+        warps = math.ceil(threads / 32)
+        warp_regs = math.ceil(regs * 32 / 256) * 256
+        n = 0
+        while (n + 1 <= 32 and (n + 1) * warps <= 64 and (n + 1) * warps * warp_regs <= 65536
+               and (n + 1) * (smem + 1024) <= 233472):
+            n += 1
+        return n
+    checks.check_blocks_per_sm(blocks_per_sm_loop)
+
+
+@pytest.mark.parametrize("old, new", [
+    pytest.param("(threads + 31) // 32", "threads // 32 or 1", id="partial warp not counted"),
+    pytest.param("(regs * 32 + REG_UNIT - 1) // REG_UNIT * REG_UNIT", "regs * 32", id="no register unit"),
+    pytest.param("(smem + BLOCK_SMEM_RESERVED)", "max(smem, 1)", id="no reserved shared memory"),
+    pytest.param("min(SM_BLOCKS, SM_WARPS // warps,", "min(SM_WARPS // warps,", id="no block limit"),
+    pytest.param("SM_WARPS // warps, by_regs", "by_regs", id="no warp limit"),
+    pytest.param("SM_REGISTERS // warp_regs // warps", "SM_REGISTERS // (regs * threads)", id="registers per thread"),
+])
+def test_blocks_per_sm_check_rejects(old, new):
+    with pytest.raises(CheckFailure, match="Exercise 9.2"):
+        checks.check_blocks_per_sm(mutant(blocks_per_sm, old, new))
