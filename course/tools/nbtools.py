@@ -1,9 +1,11 @@
 """Notebook tooling: export `#| export` cells to course/ modules, stamp nbgrader's cell metadata into the notebooks,
 and write the student notebooks."""
 import copy
+import hashlib
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # course/tools/nbtools.py -> the repository
@@ -29,7 +31,11 @@ def solution_notebooks():
 
 
 def read(path):
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """A notebook's JSON; ValueError naming the file when it is not JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a notebook (not JSON: {' '.join(str(e).split())[:120]})") from None
 
 
 def dumps(nb):
@@ -128,7 +134,7 @@ def nbgrader_cells(nb, name):
     """{cell index: nbgrader metadata} of a solution notebook: each exercise cell a solution cell, the check cell
     after it an autograded test cell (locked, CHECK_POINTS points). The markdown specs stay unmarked: autograding
     never depends on them, and nbgrader's read-only lock would only stop students from taking notes in them."""
-    cells, marks = nb["cells"], {}
+    cells, marks, where = nb["cells"], {}, {}
     for i, cell in enumerate(cells):
         src = source(cell)
         if cell["cell_type"] != "code" or BEGIN not in src:
@@ -137,6 +143,9 @@ def nbgrader_cells(nb, name):
         if not m:
             raise ValueError(f"{name} cell {i}: a solution block needs a `# Exercise N.M: title` comment in its cell")
         label, gid = m.group(1), grade_id(m.group(1))
+        if where.setdefault(gid, i) != i:  # nbgrader keys its gradebook by grade_id: two would be one
+            raise ValueError(f"{name} cells {where[gid]} and {i} are both `# {label}`: give each exercise its own "
+                             "number")
         marks[i] = _nbgrader(gid, solution=True)
         j = next((j for j in range(i + 1, len(cells)) if cells[j]["cell_type"] == "code"), None)
         if j is None or BEGIN in source(cells[j]) or not CHECK_CALL_RE.search(source(cells[j])):
@@ -245,6 +254,10 @@ def student_notebook(nb, name):
     stripped directives dropped, and after each `# SHOW_SAVED` cell its saved output as a markdown cell."""
     nb = copy.deepcopy(nb)
     cells, device = [], None
+    if any("id" not in cell for cell in nb["cells"]):  # nbformat would invent random ids: --check never passes
+        nb["nbformat_minor"] = max(nb.get("nbformat_minor", 0), 5)
+        for i, cell in enumerate(nb["cells"]):
+            cell.setdefault("id", f"cell-{i}")
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "code":
             cells.append(cell)
@@ -319,16 +332,81 @@ def notebook_text(nb):
     return nbformat.writes(nbformat.from_dict(nb)) + "\n"
 
 
-def make_exercises(check=False):
-    """Write notebooks/exercises/*.ipynb; return the files that changed (or would)."""
-    stale, wanted = [], set()
-    for nb_path in solution_notebooks():
-        out = EXERCISES / nb_path.name
-        wanted.add(out.name)
-        nb = add_mine_cells(student_notebook(read(nb_path), nb_path.name), nb_path.name)
-        _write_or_check(out, notebook_text(nb), check, stale)
-    for path in EXERCISES.glob("*.ipynb"):
-        if path.name not in wanted:
+GIT_TIMEOUT_S = 10
+WRITTEN = "course"  # notebook metadata key: {"written_as": name, "sha256": of its cells} of a generated student copy
+
+
+class EditedCopies(ValueError):
+    """Student copies that differ from what `python -m course exercises` last wrote: someone's work."""
+
+
+def cells_sha(nb):
+    """SHA-256 of a notebook's cell types and sources (what a student edits; outputs and metadata aside)."""
+    cells = [[c.get("cell_type"), source(c)] for c in nb.get("cells", []) if isinstance(c, dict)]
+    return hashlib.sha256(json.dumps(cells, ensure_ascii=False).encode()).hexdigest()
+
+
+def stamp_written(nb, name):
+    """Mark a student copy as written by this command, as `name`, with its cells' hash (how an edit shows)."""
+    nb["metadata"][WRITTEN] = {"written_as": name, "sha256": cells_sha(nb)}
+    return nb
+
+
+def as_written(path):
+    """True if the file is a student copy this command wrote under this name, with its cells unchanged since (an
+    edit, a JupyterLab duplicate, a file of anyone else's: False), or one as committed in git (it is in the history)."""
+    try:
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+        mark = nb["metadata"][WRITTEN]
+        return mark["written_as"] == Path(path).name and mark["sha256"] == cells_sha(nb) or committed(path)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return committed(path)
+
+
+def committed(path):
+    """True if git tracks the file and it is as committed (nothing in it is lost by rewriting it)."""
+    import subprocess
+    try:
+        r = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", str(path)], capture_output=True,
+                           timeout=GIT_TIMEOUT_S)
+        tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--error-unmatch", "--", str(path)],
+                                 capture_output=True, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):  # no git, or a hung one
+        return False
+    return r.returncode == 0 and tracked.returncode == 0
+
+
+def student_copy(nb_path):
+    """The student copy of one solution notebook, as `python -m course exercises` writes it (not yet stamped)."""
+    return add_mine_cells(student_notebook(read(nb_path), nb_path.name), nb_path.name)
+
+
+def make_exercises(check=False, force=False):
+    """Write notebooks/exercises/*.ipynb; return the files that changed (or would). A copy that differs from what
+    this command last wrote (a student's work) is refused, or with `force` backed up first (one line says where); a
+    notebook it did not write there (a duplicate, a student's own) is never touched."""
+    sources = solution_notebooks()
+    if not sources:
+        raise ValueError(f"no solution notebooks in {NOTEBOOKS}: nothing to write the student copies from")
+    stale, texts = [], {}
+    for nb_path in sources:
+        texts[EXERCISES / nb_path.name] = notebook_text(stamp_written(student_copy(nb_path), nb_path.name))
+    changed = [p for p, t in texts.items() if p.exists() and p.read_text(encoding="utf-8", errors="replace") != t]
+    edited = [p for p in changed if not as_written(p)]
+    if edited and not check:
+        if not force:
+            raise EditedCopies(f"{', '.join(p.name for p in edited)} in {EXERCISES.relative_to(ROOT)} differ from "
+                               "what `python -m course exercises` last wrote (your work?): nothing was written; move "
+                               "them away, or add --force to keep each in a backup folder and write new ones")
+        backup = EXERCISES / time.strftime("backup-%Y%m%d-%H%M%S")
+        backup.mkdir(parents=True, exist_ok=True)
+        for p in edited:
+            p.replace(backup / p.name)
+            print(f"kept {p.relative_to(ROOT)} as {(backup / p.name).relative_to(ROOT)}")
+    for path, text in texts.items():
+        _write_or_check(path, text, check, stale)
+    for path in sorted(EXERCISES.glob("*.ipynb")):  # a copy of a notebook that is gone: only one it wrote, unedited
+        if path not in texts and as_written(path):
             stale.append(path.relative_to(ROOT))
             if not check:
                 path.unlink()
