@@ -222,3 +222,27 @@ def test_a_good_execution_saves_the_outputs(capsys, tmp_path):
     rc, out, _ = cli(capsys, "execute", str(path))
     assert rc == 0 and "ok in" in out
     assert "".join(json.loads(path.read_text())["cells"][0]["outputs"][0]["text"]) == "42\n"
+
+
+@pytest.mark.parametrize("cmd", ["train", "bench"])
+@pytest.mark.parametrize("where", ["/dev/null", "a fifo", "a link to /dev/null"])
+def test_an_out_that_is_not_a_regular_file_is_refused_before_any_work(capsys, tmp_path, cmd, where):
+    """Issue 32 item 2: as root (a container), --out /dev/null would have replaced the device with a JSON file."""
+    out = {"/dev/null": "/dev/null", "a fifo": str(tmp_path / "fifo"), "a link to /dev/null": str(tmp_path / "l")}
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink("/dev/null", tmp_path / "l")
+    rc, stdout, err = cli(capsys, cmd, "--out", out[where])
+    assert rc == 2 and err.count("\n") == 1 and "is not a regular file" in err, err
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+
+
+def test_results_are_written_through_a_link(tmp_path, capsys):
+    real, link = tmp_path / "results" / "r.json", tmp_path / "latest.json"
+    real.parent.mkdir()
+    real.write_text("{}")
+    os.symlink(real, link)
+    assert write_json(link, {"test_accuracy": 0.97}) == 0
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert json.loads(real.read_text()) == {"test_accuracy": 0.97}
+    assert not list(tmp_path.rglob(".*part"))
+    assert write_json(tmp_path / "r2.json", {"a": 1}) == 0  # a plain file as before
