@@ -246,3 +246,25 @@ def test_results_are_written_through_a_link(tmp_path, capsys):
     assert json.loads(real.read_text()) == {"test_accuracy": 0.97}
     assert not list(tmp_path.rglob(".*part"))
     assert write_json(tmp_path / "r2.json", {"a": 1}) == 0  # a plain file as before
+
+
+def test_an_execution_that_cannot_be_saved_keeps_its_outputs(capsys, tmp_path):
+    """Issue 32 item 12: a read-only folder or a full disk after the run: one line, the run kept in the temp dir."""
+    path = tmp_path / "nb.ipynb"
+    before = notebook(path, "print(6 * 7)")
+    (tmp_path / ".nb.ipynb.part").mkdir()  # where the executed notebook is written first: now it cannot be
+    rc, _, err = cli(capsys, "execute", str(path))
+    assert rc == 1 and path.read_bytes() == before and err.count("\n") == 1, err
+    assert "ran in" in err and "could not be saved" in err and "Traceback" not in err
+    rescue = err.split("the executed notebook is in ", 1)[1].split(";", 1)[0]
+    assert "".join(json.loads(open(rescue).read())["cells"][0]["outputs"][0]["text"]) == "42\n"
+    os.unlink(rescue)
+
+
+def test_a_timed_out_cell_is_one_line_without_the_kernel_s_traceback(capfd, tmp_path):
+    """Issue 32 item 12: the kernel killed at the timeout printed ~20 lines of ZMQ traceback on its own stderr."""
+    path = tmp_path / "nb.ipynb"
+    notebook(path, "x = 1", "import time\ntime.sleep(60)")
+    assert main(["execute", "--timeout", "2", str(path)]) == 1
+    err = [line for line in capfd.readouterr().err.splitlines() if "without encryption" not in line]
+    assert len(err) == 1 and "timed out after 2 s" in err[0], err

@@ -3,8 +3,10 @@ and write the student notebooks."""
 import copy
 import hashlib
 import json
+import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -497,8 +499,6 @@ def execute(path, timeout=1200):
 
     When a cell fails or runs past `timeout` seconds (at least 1), the file is left exactly as it was and one
     line says which cell: its index, id and first line."""
-    import time
-
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellControlSignal, CellExecutionError, DeadKernelError
@@ -515,8 +515,10 @@ def execute(path, timeout=1200):
 
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}}, on_cell_start=on_cell_start)
+    log = tempfile.NamedTemporaryFile(prefix="course-kernel-", suffix=".log", delete=False)
     try:
-        client.execute()
+        with log:  # the kernel's own stderr (its shutdown after a timeout prints a ZMQ traceback): to a file
+            client.execute(stderr=log)
     except (CellExecutionError, CellControlSignal, DeadKernelError, TimeoutError, RuntimeError) as e:
         what = (f"timed out after {timeout} s" if isinstance(e, TimeoutError) else
                 f"failed: {getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)}")
@@ -526,13 +528,44 @@ def execute(path, timeout=1200):
         else:
             first = next((line.strip() for line in source(cell).splitlines() if line.strip()), "")
             where = f"cell {current['index']} (id {cell.get('id', '?')}, {first[:60]!r}) {what}"
-        print(f"{path}: {' '.join(where.split())[:300]}; the notebook was left unchanged", file=sys.stderr)
+        kept = f" (the kernel's log: {log.name})" if os.path.getsize(log.name) else ""
+        print(f"{path}: {' '.join(where.split())[:300]}; the notebook was left unchanged{kept}", file=sys.stderr)
         return False
+    finally:
+        if os.path.exists(log.name) and not os.path.getsize(log.name):
+            os.unlink(log.name)
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+    return save_executed(path, dumps(json.loads(nbformat.writes(nb))), time.perf_counter() - t0)
+
+
+def save_executed(path, text, seconds):
+    """Replace the notebook by its executed version atomically; if that fails (a read-only folder, a full disk),
+    keep the run in the temp directory and say where in one line. True if the notebook was saved."""
     tmp = path.with_name(f".{path.name}.part")
-    tmp.write_text(dumps(json.loads(nbformat.writes(nb))), encoding="utf-8")
-    tmp.replace(path)  # atomic: never half a notebook
-    print(f"{path}: ok in {time.perf_counter() - t0:.0f} s")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)  # atomic: never half a notebook
+    except OSError as e:
+        rescue = _rescue(path, text)
+        where = f"the executed notebook is in {rescue}" if rescue else "the run's outputs are lost"
+        print(f"{path}: ran in {seconds:.0f} s but could not be saved ({e.strerror or e}): {where}; the notebook "
+              "was left unchanged", file=sys.stderr)
+        return False
+    finally:
+        if tmp.is_file():  # what a failed write left
+            tmp.unlink()
+    print(f"{path}: ok in {seconds:.0f} s")
     return True
+
+
+def _rescue(path, text):
+    """Write text to a new file in the temp directory; its path, or None when that fails too."""
+    try:
+        fd, rescue = tempfile.mkstemp(prefix=f"{path.stem}-executed-", suffix=".ipynb")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return rescue
+    except OSError:
+        return None
