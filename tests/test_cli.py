@@ -268,3 +268,22 @@ def test_a_timed_out_cell_is_one_line_without_the_kernel_s_traceback(capfd, tmp_
     assert main(["execute", "--timeout", "2", str(path)]) == 1
     err = [line for line in capfd.readouterr().err.splitlines() if "without encryption" not in line]
     assert len(err) == 1 and "timed out after 2 s" in err[0], err
+
+
+@pytest.mark.skipif(not course.SIMULATOR, reason="--quick checks the kernels against the NumPy twin in the simulator")
+def test_train_mine_quick_whose_kernels_differ_from_the_twin_is_one_line(capsys, tmp_path, monkeypatch):
+    """Issue 32 item 14 (an AssertionError traceback), and the simulator's banner printed once, not twice."""
+    import course.train
+    from course.tools import cli as cli_module
+
+    def differs(*args, **kw):
+        raise AssertionError("the kernels' losses [2.3 2.1] differ from the NumPy twin's [2.3 2.2]: train_step "
+                             "(or a kernel) does not compute what the twin does")
+    monkeypatch.setattr(course.train, "fit_sim", differs)
+    monkeypatch.setattr(cli_module, "_ANNOUNCED", [])
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    rc, out, err = cli(capsys, "train", "--mine", "--quick", "--epochs", "1")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 1 and "Traceback" not in err and len(lines) == 2, err
+    assert lines[0].startswith(BANNER) and lines[1].startswith("error: the kernels' losses [2.3 2.1] differ")
+    assert "--mine: the table above says which kernels were yours" in lines[1]

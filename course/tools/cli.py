@@ -20,12 +20,17 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+_ANNOUNCED = []  # the banner is printed once per process (train --mine asks for the device twice)
+
+
 def device_ready():
-    """Say which device the kernels run on (the simulator's banner), or CommandError when none can be used."""
+    """Say which device the kernels run on (the simulator's banner, once), or CommandError when none can be used."""
     import course
     if getattr(course, "DEVICE_ERROR", None):
         raise CommandError(course.DEVICE_ERROR)
-    course.banner()
+    if not _ANNOUNCED:
+        _ANNOUNCED.append(True)
+        course.banner()
 
 
 def _int(text):
