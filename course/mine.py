@@ -264,7 +264,8 @@ def _paths(key):
 
 
 RECORD_TYPES = dict(exercise=str, name=str, status=str, time=(int, float), sha256=str, functions=dict,
-                    check=(str, type(None)), cell=(str, type(None)))  # what record() writes (function: dict)
+                    check=(str, type(None)), cell=(str, type(None)), notebook=(str, type(None)),
+                    notebook_dir=(str, type(None)))  # what record() writes (function: dict)
 FUNCTION_TYPES = dict(sha256=str, exercise=(str, type(None)))
 
 
@@ -377,7 +378,8 @@ def _save(key, exercise, py, check, text, functions, cell):
     if not (d / "__init__.py").exists():
         _write(d / "__init__.py", '"""Your passing solutions (course.mine): one module per exercise."""\n')
     _write_record(key, dict(exercise=key, name=py.__name__, check=check, status="passed", time=now,
-                            passed_at=stamp, sha256=_sha(text), functions=functions, cell=cell))
+                            passed_at=stamp, sha256=_sha(text), functions=functions, cell=cell,
+                            notebook=_notebook_file(), notebook_dir=str(Path.cwd()) if in_notebook() else None))
     return module
 
 
@@ -436,15 +438,27 @@ def watch(shell=None):
 
 # ---- which solutions stand, and putting them in place ----
 
-def _student_notebooks(key):
-    return sorted(mine_dir().parent.glob(f"{int(key.split('.')[0]):02d}_*.ipynb"))
+def _student_notebooks(key, rec):
+    """The notebook the record's pass came from (Jupyter names it), else the NN_*.ipynb notebooks of the folder it
+    ran in (recorded: COURSE_MINE_DIR may be elsewhere), else those next to the mine folder."""
+    named = rec.get("notebook")
+    if named and Path(named).is_file():
+        return [Path(named)]
+    folder = Path(rec["notebook_dir"]) if rec.get("notebook_dir") else mine_dir().parent
+    return sorted(folder.glob(f"{int(key.split('.')[0]):02d}_*.ipynb"))
+
+
+def _notebook_file():
+    """The running notebook's file, where Jupyter says it (JPY_SESSION_NAME, jupyter_server 2), else None."""
+    name = os.environ.get("JPY_SESSION_NAME", "") if in_notebook() else ""
+    return str(Path(name).resolve()) if name.endswith(".ipynb") and Path(name).is_file() else None
 
 
 def _edited_in_file(key, rec):
     """True if the student's notebook, saved after the pass, holds a different cell for this exercise."""
     if not rec.get("cell"):
         return False
-    for path in _student_notebooks(key):
+    for path in _student_notebooks(key, rec):
         if path.stat().st_mtime <= rec.get("time", 0):
             continue
         try:

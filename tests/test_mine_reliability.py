@@ -251,3 +251,21 @@ def test_the_shipped_nbgrader_config_switches_saving_and_using_off(monkeypatch):
     path = nbtools.ROOT / "teachers" / "nbgrader_config.py"
     exec(compile(path.read_text(), str(path), "exec"), {"get_config": lambda: config})
     assert os.environ["COURSE_MINE_DIR"] == "off" and mine.disabled()
+
+
+def test_an_edit_saved_in_the_notebook_counts_with_the_mine_folder_elsewhere(tmp_path, monkeypatch):
+    """The folder the notebook ran in is recorded: a later save there with another cell counts as an edit, wherever
+    COURSE_MINE_DIR puts the solutions (the smaller item of issue 32; also nbgrader's release folders)."""
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "elsewhere" / "mine"))
+    monkeypatch.setattr(mine, "in_notebook", lambda: True)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    passed_scale()
+    assert whose("1.2") == "yours"
+    edited = SCALE_CELL.replace("np.float32(255.0)", "np.float32(256.0)")
+    nb = dict(cells=[dict(cell_type="code", source=edited, metadata={}, outputs=[], execution_count=None)],
+              metadata={}, nbformat=4, nbformat_minor=4)
+    (tmp_path / "work" / "01_data.ipynb").write_text(json.dumps(nb))
+    rec = json.loads((tmp_path / "elsewhere" / "mine" / "ex_1_2.json").read_text())
+    os.utime(tmp_path / "work" / "01_data.ipynb", (rec["time"] + 5, rec["time"] + 5))
+    assert whose("1.2") == "edited after passing"
