@@ -64,7 +64,7 @@ def disabled():
 def in_notebook():
     """True in a Jupyter kernel (a notebook run in JupyterLab, by `python -m course execute` or by nbgrader)."""
     shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
-    return type(shell).__name__ == "ZMQInteractiveShell"
+    return any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)  # Colab's shell is a subclass
 
 
 def mine_dir():

@@ -269,3 +269,18 @@ def test_an_edit_saved_in_the_notebook_counts_with_the_mine_folder_elsewhere(tmp
     rec = json.loads((tmp_path / "elsewhere" / "mine" / "ex_1_2.json").read_text())
     os.utime(tmp_path / "work" / "01_data.ipynb", (rec["time"] + 5, rec["time"] + 5))
     assert whose("1.2") == "edited after passing"
+
+
+def test_in_notebook_is_true_only_in_a_jupyter_kernel_shell(monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+    assert not mine.in_notebook()  # pytest: no shell
+
+    class ZMQInteractiveShell(InteractiveShell):  # ipykernel's, by name
+        pass
+
+    class Shell(ZMQInteractiveShell):  # Colab's subclass
+        pass
+
+    for cls, expected in ((InteractiveShell, False), (ZMQInteractiveShell, True), (Shell, True)):
+        monkeypatch.setattr(sys.modules["IPython"], "get_ipython", lambda cls=cls: object.__new__(cls))
+        assert mine.in_notebook() is expected, cls
