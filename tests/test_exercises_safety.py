@@ -107,3 +107,13 @@ def test_no_solution_notebooks_deletes_nothing(repo, capsys):
     (nbtools.NOTEBOOKS / NAME).unlink()  # a student build has only notebooks/exercises/
     assert run("exercises") == 2
     assert "no solution notebooks" in capsys.readouterr().err and (nbtools.EXERCISES / NAME).exists()
+
+
+def test_a_copy_as_committed_counts_as_written(tmp_path):
+    """A copy without the stamp (written before it existed, or merged) may be replaced only if git has it as is."""
+    if not (nbtools.ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    assert nbtools.committed(nbtools.EXERCISES / NAME)  # CI's `exercises --check` keeps it as generated
+    loose = tmp_path / NAME
+    shutil.copyfile(nbtools.EXERCISES / NAME, loose)
+    assert not nbtools.committed(loose)

@@ -9,7 +9,6 @@ import os
 import sys
 import types
 
-import numpy as np
 import pytest
 
 from course import mine
@@ -31,7 +30,7 @@ def scale_kernel(x, out):
 '''
 
 
-def passed_scale(capsys=None, cell=SCALE_CELL, name="<01 cell 3>"):
+def passed_scale(cell=SCALE_CELL, name="<01 cell 3>"):
     """A student's 1.2 typed into a notebook cell and checked: its namespace."""
     ns = {"__name__": "__main__"}
     mine.run_cell(ns, cell, name)
