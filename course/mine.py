@@ -487,7 +487,7 @@ def _only_definitions(path, text):
         if isinstance(node, ast.Assign):  # NAME = literal, or NAME = numpy.float32(literal)
             v = node.value
             ok = isinstance(v, ast.Constant) or isinstance(v, ast.Call) and _numpy_scalar(v)
-            ok = ok or _is_literal(v)
+            ok = (ok or _is_literal(v)) and all(isinstance(t, ast.Name) for t in node.targets)
         if not ok:
             raise CaptureError(f"{path.name} line {node.lineno} is not what course.mine saves (a "
                                f"{type(node).__name__}): edit the notebook, not this file")

@@ -163,6 +163,8 @@ IMPORT_TIME = {  # appended to the saved file, hash rewritten: refused before it
     "print": ("print('pwned')\n", "line {n} is not what course.mine saves (a Expr)"),
     "exit": ("import sys\nsys.exit(0)\n", "line {n1} is not what course.mine saves (a Expr)"),
     "loop": ("while True:\n    pass\n", "line {n} is not what course.mine saves (a While)"),
+    "attribute set": ("import os\nos.environ = 1\n", "line {n1} is not what course.mine saves (a Assign)"),
+    "call assigned": ("import os\nX = os.system('true')\n", "line {n1} is not what course.mine saves (a Assign)"),
     "decorator that exits": ("import sys\n@sys.exit\ndef f():\n    pass\n", "SystemExit: <function f"),
 }
 
