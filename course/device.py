@@ -306,7 +306,7 @@ def _install_launch_deadline(kernel):
         return
 
     def call(self, *args):
-        if self._device or getattr(_launch, "deadline", None) is not None:
+        if getattr(self, "_device", False) or getattr(_launch, "deadline", None) is not None:
             return upstream(self, *args)
         import time
         _launch.deadline = time.monotonic() + launch_deadline()
