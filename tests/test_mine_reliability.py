@@ -285,3 +285,30 @@ def test_in_notebook_is_true_only_in_a_jupyter_kernel_shell(monkeypatch):
     for cls, expected in ((InteractiveShell, False), (ZMQInteractiveShell, True), (Shell, True)):
         monkeypatch.setattr(sys.modules["IPython"], "get_ipython", lambda cls=cls: object.__new__(cls))
         assert mine.in_notebook() is expected, cls
+
+
+def _run_notebook(folder, *cells):
+    """Run the cells in a real Jupyter kernel started in `folder` (as JupyterLab, `execute` and nbgrader do)."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+    return ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]
+
+
+@pytest.mark.slow
+def test_a_teacher_running_two_submissions_never_runs_one_s_kernel_as_the_other_s(tmp_path, monkeypatch):
+    """Item 4 for real: COURSE_MINE_DIR unset, alice's notebook run in her folder, then bob's in his."""
+    monkeypatch.delenv("COURSE_MINE_DIR", raising=False)
+    checkout = nbtools.EXERCISES / "mine"
+    before = sorted(p.name for p in checkout.iterdir()) if checkout.is_dir() else None
+    alice, bob = tmp_path / "submitted" / "alice", tmp_path / "submitted" / "bob"
+    alice.mkdir(parents=True)
+    bob.mkdir()
+    out = _run_notebook(alice, "import course\nfrom course.checks.data import check_scale_kernel", SCALE_CELL,
+                        "check_scale_kernel(scale_kernel)")
+    assert "✓ Exercise 1.2 passed" in out[2] and f"saved for course.use_mine(): {alice / 'mine'}" in out[2], out
+    out = _run_notebook(bob, "import course\ncourse.use_mine(['1.2'])")
+    assert "no passing solutions of yours" in out[0], out
+    after = sorted(p.name for p in checkout.iterdir()) if checkout.is_dir() else None
+    assert after == before  # nothing saved into the teacher's checkout
