@@ -207,7 +207,8 @@ def notebook(path, *sources):
 @pytest.mark.parametrize("sources, timeout, says", [
     (["x = 1", "# load\ny = 1 / 0", "z = 3"], 60, "cell 1 (id cell-1, '# load') failed: ZeroDivisionError"),
     (["x = 1", "import time\ntime.sleep(30)"], 2, "cell 1 (id cell-1, 'import time') timed out after 2 s"),
-], ids=["error", "timeout"])
+    (["raise MemoryError()"], 60, "cell 0 (id cell-0, 'raise MemoryError()') failed: MemoryError; the notebook"),
+], ids=["error", "timeout", "no message"])
 def test_a_failed_execution_leaves_the_notebook_untouched(capsys, tmp_path, sources, timeout, says):
     path = tmp_path / "nb.ipynb"
     before = notebook(path, *sources)

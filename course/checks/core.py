@@ -88,7 +88,8 @@ def passed(exercise, fn, what, check=None):
         try:
             listener(exercise, fn, check=check)
         except Exception as e:  # the pass stands: one line, no traceback
-            print(f"  (not saved: {type(e).__name__}: {' '.join(str(e).split())[:200]})")
+            why = " ".join(str(e).split())[:200]
+            print(f"  (not saved: {type(e).__name__}{': ' + why if why else ''})")
 
 
 def is_stub(fn, _seen=None):

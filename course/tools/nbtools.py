@@ -520,8 +520,7 @@ def execute(path, timeout=1200):
         with log:  # the kernel's own stderr (its shutdown after a timeout prints a ZMQ traceback): to a file
             client.execute(stderr=log)
     except (CellExecutionError, CellControlSignal, DeadKernelError, TimeoutError, RuntimeError) as e:
-        what = (f"timed out after {timeout} s" if isinstance(e, TimeoutError) else
-                f"failed: {getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)}")
+        what = f"timed out after {timeout} s" if isinstance(e, TimeoutError) else f"failed: {error_text(e)}"
         cell = current.get("cell")
         if cell is None:
             where = f"the kernel failed before any cell ran: {what}"
@@ -538,6 +537,12 @@ def execute(path, timeout=1200):
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
     return save_executed(path, dumps(json.loads(nbformat.writes(nb))), time.perf_counter() - t0)
+
+
+def error_text(e):
+    """`Name: message` of a cell's error (nbclient's ename/evalue), `Name` alone when the message is empty."""
+    name, message = getattr(e, "ename", type(e).__name__), str(getattr(e, "evalue", e)).strip()
+    return f"{name}: {message}" if message else name
 
 
 def save_executed(path, text, seconds):
