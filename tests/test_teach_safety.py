@@ -80,3 +80,9 @@ def test_student_build_makes_the_notebooks_from_the_solutions(tmp_path, monkeypa
         assert nbtools.BEGIN not in path.read_text() and "### END SOLUTION" not in path.read_text(), path.name
     first = nbtools.read(build / "notebooks" / "exercises" / "01_data.ipynb")
     assert nbtools.cells_sha(first) == nbtools.cells_sha(nbtools.student_copy(nbtools.NOTEBOOKS / "01_data.ipynb"))
+
+
+@pytest.mark.parametrize("cmd", ["nbgrader-setup", "student-build"])
+def test_no_directory_is_one_line(cmd, capsys):
+    assert cli.main([cmd]) == 2
+    assert "give the directory DIR" in one_line_error(capsys, cmd)

@@ -233,6 +233,10 @@ def main(argv):
     if cmd not in ("nbgrader-setup", "student-build"):
         print("python -m course: error: choose nbgrader-setup or student-build", file=sys.stderr)
         return 2
+    if not argv[1:]:  # parse_intermixed_args would also call the optional notebooks "required"
+        print(f"python -m course {cmd}: error: give the directory DIR (python -m course {cmd} --help)",
+              file=sys.stderr)
+        return 2
     args = parser(cmd).parse_intermixed_args(argv[1:])  # `DIR --assignment X 01` as well as `DIR 01 --assignment X`
     try:
         if cmd == "nbgrader-setup":
