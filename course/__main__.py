@@ -32,8 +32,11 @@ def run_bench(args):
 
 def run_generate(args):
     from .tools import nbtools
-    make = nbtools.export if args.cmd == "export" else nbtools.make_exercises
-    stale = make(check=args.check)
+    try:
+        stale = (nbtools.export(check=args.check) if args.cmd == "export" else
+                 nbtools.make_exercises(check=args.check, force=args.force))
+    except ValueError as e:  # a notebook that is not JSON, a student's edited copy, two cells of one exercise
+        raise CommandError(str(e)) from None
     for path in stale:
         print(("out of date: " if args.check else "wrote ") + str(path))
     if args.check and stale:
@@ -77,6 +80,9 @@ def parser():
                        ("exercises", "student notebooks in notebooks/exercises/")):
         s = sub.add_parser(name, help=f"regenerate {what}")
         s.add_argument("--check", action="store_true", help="only check they are up to date (exit 1 if not)")
+        if name == "exercises":
+            s.add_argument("--force", action="store_true", help="replace student copies that were edited since this "
+                           "command wrote them, keeping each in notebooks/exercises/backup-DATE-TIME/")
         s.set_defaults(run=run_generate)
     x = sub.add_parser("execute", help="run notebooks top to bottom and save them with their outputs "
                                        "(a notebook with a failing cell is left as it was)")

@@ -265,6 +265,75 @@ def patch_simulator():
 
 MAX_IDLE_THREADS = 4096  # simulated GPU threads kept waiting for the next block, over all block shapes
 _idle = {}               # (block shape, debug) -> its idle workers, least recently used first
+LAUNCH_DEADLINE_S = 120.0  # a simulated launch running longer is stopped (a notebook runs in under 2 minutes)
+DEADLINE_ENV = "COURSE_SIM_DEADLINE"  # seconds, to change LAUNCH_DEADLINE_S
+STOP_WAIT_S = 5.0        # how long stopping a launch waits for its threads to unwind
+WAKE_S = 0.1             # a launch's waiting thread looks at the clock (and at a pending Ctrl-C) this often
+STOP_SWITCH_S = 1e-4     # the interpreter's thread switch interval meanwhile (Python's default: 5 ms)
+_launch = threading.local()  # .deadline: time.monotonic() by which the current launch must end
+
+
+class LaunchDeadline(RuntimeError):
+    """A simulated kernel launch ran past its deadline: its threads were stopped."""
+
+
+class _Stopped(Exception):
+    """Raised inside a simulated GPU thread to stop it (a launch past its deadline, or interrupted)."""
+
+
+def launch_deadline():
+    """Seconds a simulated launch may run: $COURSE_SIM_DEADLINE if it is a positive number, else LAUNCH_DEADLINE_S."""
+    try:
+        s = float(os.environ.get(DEADLINE_ENV, ""))
+    except ValueError:
+        return LAUNCH_DEADLINE_S
+    return s if s > 0 else LAUNCH_DEADLINE_S
+
+
+def _raise_in(thread, exc_type):
+    """Make `thread` raise exc_type at its next Python instruction (how a spinning simulated thread is stopped)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
+
+
+def _stop(workers, manager):
+    """Stop a block's threads: those at a barrier are woken to abort, the others get _Stopped; then retire them."""
+    import time
+    for w in workers:
+        w.abort = True
+    with manager._cond:
+        manager._cond.notify_all()
+    for w in workers:
+        if not w.idle.is_set() and w.is_alive():
+            _raise_in(w, _Stopped)
+    until, interval = time.monotonic() + STOP_WAIT_S, sys.getswitchinterval()
+    sys.setswitchinterval(STOP_SWITCH_S)  # each spinning thread reaches its _Stopped sooner
+    try:
+        for w in workers:
+            w.idle.wait(max(0.0, until - time.monotonic()))
+            w.job = None  # after its block: it leaves its loop instead of waiting for the next one
+            w.go.release()
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _install_launch_deadline(kernel):
+    """Each launch (not a device function's call) sets the deadline its blocks must meet."""
+    upstream = kernel.FakeCUDAKernel.__call__
+    if getattr(upstream, "_course", False):
+        return
+
+    def call(self, *args):
+        if getattr(self, "_device", False) or getattr(_launch, "deadline", None) is not None:
+            return upstream(self, *args)
+        import time
+        _launch.deadline = time.monotonic() + launch_deadline()
+        try:
+            return upstream(self, *args)
+        finally:
+            _launch.deadline = None
+
+    call._course = True
+    kernel.FakeCUDAKernel.__call__ = call
 
 
 def _install_block_pool(kernel):
@@ -289,6 +358,12 @@ def _install_block_pool(kernel):
             self.idle.set()
 
         def run(self):
+            try:
+                self.serve()
+            except _Stopped:              # stopped between two jobs: it is retired anyway
+                pass
+
+        def serve(self):
             while True:
                 self.go.acquire()
                 if self.job is None:      # retired
@@ -336,7 +411,9 @@ def _install_block_pool(kernel):
             self._cond.notify_all()
 
     def run(self, grid_point, *args):
+        import time
         self._cond, self._waiting, self._generation, self._failed = threading.Condition(), 0, 0, None
+        deadline = getattr(_launch, "deadline", None) or time.monotonic() + launch_deadline()
         key = (tuple(self._block_dim), self._debug)
         workers = _idle.pop(key, None)
         if workers is None:
@@ -348,15 +425,25 @@ def _install_block_pool(kernel):
             w.idle.clear()
             w.job = (self._f, args, self, grid_point)
             w.go.release()
-        with self._cond:
-            while self._alive and self._failed is None:
-                self._cond.wait()
-            failed = self._failed
-            if failed is not None:        # abort the block; its workers are dropped (some may still be running)
-                for w in workers:
-                    w.abort = True
-                self._cond.notify_all()
-        if failed is not None:
+        late = False
+        try:
+            with self._cond:
+                while self._alive and self._failed is None and not late:
+                    left = deadline - time.monotonic()
+                    late = left <= 0
+                    if not late:  # wakes now and then: a Ctrl-C that another thread received is seen soon
+                        self._cond.wait(min(left, WAKE_S))
+                failed = self._failed
+        except BaseException:             # Ctrl-C: no thread of this launch runs on
+            _stop(workers, self)
+            raise
+        if late:
+            _stop(workers, self)
+            raise LaunchDeadline(f"your kernel ran for more than {launch_deadline():g} s: a thread waiting for "
+                                 f"something that never happens? (block {list(grid_point)}; the simulator stopped "
+                                 f"it; {DEADLINE_ENV}=SECONDS changes the limit)")
+        if failed is not None:            # abort the block; its workers are retired once they unwind
+            _stop(workers, self)
             raise failed.exception[0].with_traceback(failed.exception[1])
         _idle[key] = workers
         while sum(map(len, _idle.values())) > MAX_IDLE_THREADS:
@@ -368,6 +455,7 @@ def _install_block_pool(kernel):
     kernel.BlockManager._release, kernel.BlockManager._thread_done = _release, _thread_done
     kernel.BlockManager.run = run
     kernel._CourseWorker = Worker
+    _install_launch_deadline(kernel)
 
 
 _swap_lock = threading.Lock()

@@ -43,6 +43,8 @@ def launch_shape(n):
 def _number(name, x, low, high=math.inf, low_ok=False):
     """x as a float32, once checked that low < x < high (low <= x if low_ok), before and after rounding to float32
     (1e39 would become inf, 1e-50 would become 0): every thread trusts it."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):  # float(True) is 1.0 and float("0.1") is 0.1: not numbers
+        raise ValueError(f"{name} must be a number, got {type(x).__name__}")
     try:
         value = float(x)
     except (TypeError, ValueError, OverflowError):

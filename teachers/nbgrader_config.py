@@ -11,6 +11,10 @@ from nbgrader.preprocessors import ClearSolutions
 
 c = get_config()  # noqa: F821 (traitlets defines it when it loads this file)
 
+# Grading neither saves nor uses a student's saved solutions (course.mine): each submission runs on its own code and
+# the course's, never on another submission's kernels. The kernels nbgrader starts inherit this environment.
+os.environ["COURSE_MINE_DIR"] = "off"
+
 # A Jupyter kernel with the course installed (`python -m ipykernel install --user --name course` from the course's
 # environment). Unset: the notebooks' own `python3`, i.e. the environment nbgrader runs in.
 if os.environ.get("COURSE_KERNEL"):

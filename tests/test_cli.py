@@ -207,7 +207,8 @@ def notebook(path, *sources):
 @pytest.mark.parametrize("sources, timeout, says", [
     (["x = 1", "# load\ny = 1 / 0", "z = 3"], 60, "cell 1 (id cell-1, '# load') failed: ZeroDivisionError"),
     (["x = 1", "import time\ntime.sleep(30)"], 2, "cell 1 (id cell-1, 'import time') timed out after 2 s"),
-], ids=["error", "timeout"])
+    (["raise MemoryError()"], 60, "cell 0 (id cell-0, 'raise MemoryError()') failed: MemoryError; the notebook"),
+], ids=["error", "timeout", "no message"])
 def test_a_failed_execution_leaves_the_notebook_untouched(capsys, tmp_path, sources, timeout, says):
     path = tmp_path / "nb.ipynb"
     before = notebook(path, *sources)
@@ -222,3 +223,68 @@ def test_a_good_execution_saves_the_outputs(capsys, tmp_path):
     rc, out, _ = cli(capsys, "execute", str(path))
     assert rc == 0 and "ok in" in out
     assert "".join(json.loads(path.read_text())["cells"][0]["outputs"][0]["text"]) == "42\n"
+
+
+@pytest.mark.parametrize("cmd", ["train", "bench"])
+@pytest.mark.parametrize("where", ["/dev/null", "a fifo", "a link to /dev/null"])
+def test_an_out_that_is_not_a_regular_file_is_refused_before_any_work(capsys, tmp_path, cmd, where):
+    """Issue 32 item 2: as root (a container), --out /dev/null would have replaced the device with a JSON file."""
+    out = {"/dev/null": "/dev/null", "a fifo": str(tmp_path / "fifo"), "a link to /dev/null": str(tmp_path / "l")}
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink("/dev/null", tmp_path / "l")
+    rc, stdout, err = cli(capsys, cmd, "--out", out[where])
+    assert rc == 2 and err.count("\n") == 1 and "is not a regular file" in err, err
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+
+
+def test_results_are_written_through_a_link(tmp_path, capsys):
+    real, link = tmp_path / "results" / "r.json", tmp_path / "latest.json"
+    real.parent.mkdir()
+    real.write_text("{}")
+    os.symlink(real, link)
+    assert write_json(link, {"test_accuracy": 0.97}) == 0
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert json.loads(real.read_text()) == {"test_accuracy": 0.97}
+    assert not list(tmp_path.rglob(".*part"))
+    assert write_json(tmp_path / "r2.json", {"a": 1}) == 0  # a plain file as before
+
+
+def test_an_execution_that_cannot_be_saved_keeps_its_outputs(capsys, tmp_path):
+    """Issue 32 item 12: a read-only folder or a full disk after the run: one line, the run kept in the temp dir."""
+    path = tmp_path / "nb.ipynb"
+    before = notebook(path, "print(6 * 7)")
+    (tmp_path / ".nb.ipynb.part").mkdir()  # where the executed notebook is written first: now it cannot be
+    rc, _, err = cli(capsys, "execute", str(path))
+    assert rc == 1 and path.read_bytes() == before and err.count("\n") == 1, err
+    assert "ran in" in err and "could not be saved" in err and "Traceback" not in err
+    rescue = err.split("the executed notebook is in ", 1)[1].split(";", 1)[0]
+    assert "".join(json.loads(open(rescue).read())["cells"][0]["outputs"][0]["text"]) == "42\n"
+    os.unlink(rescue)
+
+
+def test_a_timed_out_cell_is_one_line_without_the_kernel_s_traceback(capfd, tmp_path):
+    """Issue 32 item 12: the kernel killed at the timeout printed ~20 lines of ZMQ traceback on its own stderr."""
+    path = tmp_path / "nb.ipynb"
+    notebook(path, "x = 1", "import time\ntime.sleep(60)")
+    assert main(["execute", "--timeout", "2", str(path)]) == 1
+    err = [line for line in capfd.readouterr().err.splitlines() if "without encryption" not in line]
+    assert len(err) == 1 and "timed out after 2 s" in err[0], err
+
+
+@pytest.mark.skipif(not course.SIMULATOR, reason="--quick checks the kernels against the NumPy twin in the simulator")
+def test_train_mine_quick_whose_kernels_differ_from_the_twin_is_one_line(capsys, tmp_path, monkeypatch):
+    """Issue 32 item 14 (an AssertionError traceback), and the simulator's banner printed once, not twice."""
+    import course.train
+    from course.tools import cli as cli_module
+
+    def differs(*args, **kw):
+        raise AssertionError("the kernels' losses [2.3 2.1] differ from the NumPy twin's [2.3 2.2]: train_step "
+                             "(or a kernel) does not compute what the twin does")
+    monkeypatch.setattr(course.train, "fit_sim", differs)
+    monkeypatch.setattr(cli_module, "_ANNOUNCED", [])
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    rc, out, err = cli(capsys, "train", "--mine", "--quick", "--epochs", "1")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 1 and "Traceback" not in err and len(lines) == 2, err
+    assert lines[0].startswith(BANNER) and lines[1].startswith("error: the kernels' losses [2.3 2.1] differ")
+    assert "--mine: the table above says which kernels were yours" in lines[1]

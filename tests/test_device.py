@@ -1,7 +1,10 @@
 """The GPU/simulator choice: decided once by `import course`, forced by COURSE_DEVICE, reported by `info`."""
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -248,3 +251,89 @@ def test_the_simulators_pooled_blocks_keep_barriers_exits_and_aborts():
     out = np.zeros_like(x)
     _block_reverse[3, 64](x, out, 64)                 # and the next launch runs on fresh threads
     assert np.array_equal(out[:64], x[:64][::-1])
+
+
+@cuda.jit
+def wait_for_a_flag(flag, out):
+    """A thread waiting for something that never happens: nothing sets flag[0]."""
+    i = cuda.grid(1)
+    while flag[0] == 0:
+        pass
+    if i < out.size:
+        out[i] = 1.0
+
+
+@cuda.jit
+def ones(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = 1.0
+
+
+def _busy_workers(within=30.0):
+    """The simulated threads still running a block after `within` seconds (on a loaded machine they take a while to
+    reach their _Stopped)."""
+    _, simkernel = device.internals()
+    until = time.monotonic() + within
+    while time.monotonic() < until:
+        busy = [t for t in threading.enumerate() if isinstance(t, simkernel._CourseWorker) and not t.idle.is_set()]
+        if not busy:
+            break
+        time.sleep(0.05)
+    return busy
+
+
+def _a_correct_launch_is_fast():
+    out = cuda.to_device(np.zeros(64, np.float32))
+    t0 = time.perf_counter()
+    ones[2, 32](out)
+    assert time.perf_counter() - t0 < 5.0 and out.copy_to_host().sum() == 64  # issue 32: 51 s after a hang
+    cpu0 = time.process_time()
+    time.sleep(0.5)
+    assert time.process_time() - cpu0 < 0.2  # no thread spins on when the process is idle
+
+
+@sim_only
+def test_a_launch_past_its_deadline_is_stopped_with_one_clear_line(monkeypatch):
+    monkeypatch.setenv(device.DEADLINE_ENV, "1")
+    flag, out = cuda.to_device(np.zeros(1, np.int32)), cuda.to_device(np.zeros(64, np.float32))
+    t0 = time.perf_counter()
+    with pytest.raises(device.LaunchDeadline, match=r"^your kernel ran for more than 1 s: a thread waiting for "
+                                                    r"something that never happens\?"):
+        wait_for_a_flag[2, 32](flag, out)
+    assert time.perf_counter() - t0 < 1 + device.STOP_WAIT_S + 5.0  # + a loaded machine's slack
+    assert not _busy_workers()
+    _a_correct_launch_is_fast()
+
+
+@sim_only
+def test_a_check_of_a_hanging_kernel_fails_with_the_deadline(monkeypatch):
+    from course.checks.core import CheckFailure
+    from course.checks.data import check_scale_kernel
+
+    @cuda.jit
+    def scale_kernel(x, out):
+        i = cuda.grid(1)
+        while x[0] < 0:  # uint8: never
+            pass
+        while i >= 0:  # waits for i to go negative: never
+            pass
+
+    monkeypatch.setenv(device.DEADLINE_ENV, "1")
+    with pytest.raises(CheckFailure, match="your kernel ran for more than 1 s"):
+        check_scale_kernel(scale_kernel)
+    assert not _busy_workers()
+
+
+@sim_only
+def test_an_interrupted_launch_leaves_no_thread_running():
+    flag, out = cuda.to_device(np.zeros(1, np.int32)), cuda.to_device(np.zeros(64, np.float32))
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C, to the process
+    timer.start()
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        wait_for_a_flag[2, 32](flag, out)
+    assert time.perf_counter() - t0 < 0.5 + device.STOP_WAIT_S + 5.0  # not at the launch's deadline
+    timer.join()
+    assert not _busy_workers()
+    _a_correct_launch_is_fast()

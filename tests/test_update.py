@@ -323,3 +323,13 @@ def test_divergence_is_detected_in_a_training_run():
     assert run_quadratic(0.3) is None           # below 2/a = 0.5: converges
     step = run_quadratic(0.9)                   # above: |1 - 0.9*4| = 2.6, the loss grows 6.8x per step
     assert step is not None and step <= 5
+
+
+@pytest.mark.parametrize("lr", [True, np.bool_(True), "0.1", b"0.1"], ids=["True", "np.True_", "'0.1'", "b'0.1'"])
+def test_a_learning_rate_must_be_a_number_not_a_bool_or_a_string(lr):
+    """Issue 32: float(True) is 1.0 and float("0.1") is 0.1, so both were accepted as learning rates."""
+    from course.update import sgd
+    p, g = cuda.to_device(np.zeros(5, np.float32)), cuda.to_device(np.ones(5, np.float32))
+    with pytest.raises(ValueError, match=f"lr must be a number, got {type(lr).__name__}"):
+        sgd(p, g, lr)
+    assert not p.copy_to_host().any()

@@ -20,12 +20,17 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+_ANNOUNCED = []  # the banner is printed once per process (train --mine asks for the device twice)
+
+
 def device_ready():
-    """Say which device the kernels run on (the simulator's banner), or CommandError when none can be used."""
+    """Say which device the kernels run on (the simulator's banner, once), or CommandError when none can be used."""
     import course
     if getattr(course, "DEVICE_ERROR", None):
         raise CommandError(course.DEVICE_ERROR)
-    course.banner()
+    if not _ANNOUNCED:
+        _ANNOUNCED.append(True)
+        course.banner()
 
 
 def _int(text):
@@ -81,35 +86,50 @@ def directory(text):
     return path
 
 
+def not_a_file(path):
+    """Why `path` (followed through links) cannot be replaced by a results file, or None: a device such as
+    /dev/null, a fifo, a socket."""
+    target = Path(os.path.realpath(path))
+    if target.exists() and not target.is_file():
+        kind = "a directory" if target.is_dir() else "not a regular file (a device, a pipe or a socket)"
+        return f"{path} is {kind}" + (f" (it links to {target})" if target != Path(path).absolute() else "")
+    return None
+
+
 def output_file(text):
     """argparse type: a file that can be written, checked now, before any work."""
     path = Path(text)
     if not text:
         raise argparse.ArgumentTypeError("the file name is empty")
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory")
-    if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: the directory {path.parent} does not exist")
-    writable = os.access(path, os.W_OK) if path.exists() else os.access(path.parent, os.W_OK | os.X_OK)
+    if not_a_file(path):
+        raise argparse.ArgumentTypeError(not_a_file(path))
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path  # a link: what it points at is checked
+    if not target.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the directory {target.parent} does not exist")
+    writable = os.access(target, os.W_OK) if target.exists() else os.access(target.parent, os.W_OK | os.X_OK)
     if not writable:
         raise argparse.ArgumentTypeError(f"{text} cannot be written (permission denied)")
     return path
 
 
 def write_json(path, result):
-    """Write result as JSON to path atomically. If that fails, the results go to a file in the temp directory
-    (or, failing that, to stdout): a finished run is never lost. Returns 0 if path was written, else 1."""
+    """Write result as JSON to path atomically (through a link, to the file it names; never in place of a device).
+    If that fails, the results go to a file in the temp directory (or, failing that, to stdout): a finished run is
+    never lost. Returns 0 if path was written, else 1."""
     text = json.dumps(result, indent=1) + "\n"
     path = Path(path)
+    target = Path(os.path.realpath(path))  # a symlink stays a link; the file it names gets the results
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+        if not_a_file(path):
+            raise OSError(not_a_file(path))
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(text)
             mask = os.umask(0)
             os.umask(mask)
             os.chmod(tmp, 0o666 & ~mask)
-            os.replace(tmp, path)
+            os.replace(tmp, target)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)

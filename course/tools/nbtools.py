@@ -1,9 +1,13 @@
 """Notebook tooling: export `#| export` cells to course/ modules, stamp nbgrader's cell metadata into the notebooks,
 and write the student notebooks."""
 import copy
+import hashlib
 import json
+import os
 import re
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # course/tools/nbtools.py -> the repository
@@ -29,7 +33,11 @@ def solution_notebooks():
 
 
 def read(path):
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """A notebook's JSON; ValueError naming the file when it is not JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a notebook (not JSON: {' '.join(str(e).split())[:120]})") from None
 
 
 def dumps(nb):
@@ -128,7 +136,7 @@ def nbgrader_cells(nb, name):
     """{cell index: nbgrader metadata} of a solution notebook: each exercise cell a solution cell, the check cell
     after it an autograded test cell (locked, CHECK_POINTS points). The markdown specs stay unmarked: autograding
     never depends on them, and nbgrader's read-only lock would only stop students from taking notes in them."""
-    cells, marks = nb["cells"], {}
+    cells, marks, where = nb["cells"], {}, {}
     for i, cell in enumerate(cells):
         src = source(cell)
         if cell["cell_type"] != "code" or BEGIN not in src:
@@ -137,6 +145,9 @@ def nbgrader_cells(nb, name):
         if not m:
             raise ValueError(f"{name} cell {i}: a solution block needs a `# Exercise N.M: title` comment in its cell")
         label, gid = m.group(1), grade_id(m.group(1))
+        if where.setdefault(gid, i) != i:  # nbgrader keys its gradebook by grade_id: two would be one
+            raise ValueError(f"{name} cells {where[gid]} and {i} are both `# {label}`: give each exercise its own "
+                             "number")
         marks[i] = _nbgrader(gid, solution=True)
         j = next((j for j in range(i + 1, len(cells)) if cells[j]["cell_type"] == "code"), None)
         if j is None or BEGIN in source(cells[j]) or not CHECK_CALL_RE.search(source(cells[j])):
@@ -245,6 +256,10 @@ def student_notebook(nb, name):
     stripped directives dropped, and after each `# SHOW_SAVED` cell its saved output as a markdown cell."""
     nb = copy.deepcopy(nb)
     cells, device = [], None
+    if any("id" not in cell for cell in nb["cells"]):  # nbformat would invent random ids: --check never passes
+        nb["nbformat_minor"] = max(nb.get("nbformat_minor", 0), 5)
+        for i, cell in enumerate(nb["cells"]):
+            cell.setdefault("id", f"cell-{i}")
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "code":
             cells.append(cell)
@@ -321,16 +336,81 @@ def notebook_text(nb):
     return nbformat.writes(nbformat.from_dict(nb)) + "\n"
 
 
-def make_exercises(check=False):
-    """Write notebooks/exercises/*.ipynb; return the files that changed (or would)."""
-    stale, wanted = [], set()
-    for nb_path in solution_notebooks():
-        out = EXERCISES / nb_path.name
-        wanted.add(out.name)
-        nb = add_mine_cells(student_notebook(read(nb_path), nb_path.name), nb_path.name)
-        _write_or_check(out, notebook_text(nb), check, stale)
-    for path in EXERCISES.glob("*.ipynb"):
-        if path.name not in wanted:
+GIT_TIMEOUT_S = 10
+WRITTEN = "course"  # notebook metadata key: {"written_as": name, "sha256": of its cells} of a generated student copy
+
+
+class EditedCopies(ValueError):
+    """Student copies that differ from what `python -m course exercises` last wrote: someone's work."""
+
+
+def cells_sha(nb):
+    """SHA-256 of a notebook's cell types and sources (what a student edits; outputs and metadata aside)."""
+    cells = [[c.get("cell_type"), source(c)] for c in nb.get("cells", []) if isinstance(c, dict)]
+    return hashlib.sha256(json.dumps(cells, ensure_ascii=False).encode()).hexdigest()
+
+
+def stamp_written(nb, name):
+    """Mark a student copy as written by this command, as `name`, with its cells' hash (how an edit shows)."""
+    nb["metadata"][WRITTEN] = {"written_as": name, "sha256": cells_sha(nb)}
+    return nb
+
+
+def as_written(path):
+    """True if the file is a student copy this command wrote under this name, with its cells unchanged since (an
+    edit, a JupyterLab duplicate, a file of anyone else's: False), or one as committed in git (it is in the history)."""
+    try:
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+        mark = nb["metadata"][WRITTEN]
+        return mark["written_as"] == Path(path).name and mark["sha256"] == cells_sha(nb) or committed(path)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return committed(path)
+
+
+def committed(path):
+    """True if git tracks the file and it is as committed (nothing in it is lost by rewriting it)."""
+    import subprocess
+    try:
+        r = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", str(path)], capture_output=True,
+                           timeout=GIT_TIMEOUT_S)
+        tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--error-unmatch", "--", str(path)],
+                                 capture_output=True, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):  # no git, or a hung one
+        return False
+    return r.returncode == 0 and tracked.returncode == 0
+
+
+def student_copy(nb_path):
+    """The student copy of one solution notebook, as `python -m course exercises` writes it (not yet stamped)."""
+    return add_mine_cells(student_notebook(read(nb_path), nb_path.name), nb_path.name)
+
+
+def make_exercises(check=False, force=False):
+    """Write notebooks/exercises/*.ipynb; return the files that changed (or would). A copy that differs from what
+    this command last wrote (a student's work) is refused, or with `force` backed up first (one line says where); a
+    notebook it did not write there (a duplicate, a student's own) is never touched."""
+    sources = solution_notebooks()
+    if not sources:
+        raise ValueError(f"no solution notebooks in {NOTEBOOKS}: nothing to write the student copies from")
+    stale, texts = [], {}
+    for nb_path in sources:
+        texts[EXERCISES / nb_path.name] = notebook_text(stamp_written(student_copy(nb_path), nb_path.name))
+    changed = [p for p, t in texts.items() if p.exists() and p.read_text(encoding="utf-8", errors="replace") != t]
+    edited = [p for p in changed if not as_written(p)]
+    if edited and not check:
+        if not force:
+            raise EditedCopies(f"{', '.join(p.name for p in edited)} in {EXERCISES.relative_to(ROOT)} differ from "
+                               "what `python -m course exercises` last wrote (your work?): nothing was written; move "
+                               "them away, or add --force to keep each in a backup folder and write new ones")
+        backup = EXERCISES / time.strftime("backup-%Y%m%d-%H%M%S")
+        backup.mkdir(parents=True, exist_ok=True)
+        for p in edited:
+            p.replace(backup / p.name)
+            print(f"kept {p.relative_to(ROOT)} as {(backup / p.name).relative_to(ROOT)}")
+    for path, text in texts.items():
+        _write_or_check(path, text, check, stale)
+    for path in sorted(EXERCISES.glob("*.ipynb")):  # a copy of a notebook that is gone: only one it wrote, unedited
+        if path not in texts and as_written(path):
             stale.append(path.relative_to(ROOT))
             if not check:
                 path.unlink()
@@ -421,8 +501,6 @@ def execute(path, timeout=1200):
 
     When a cell fails or runs past `timeout` seconds (at least 1), the file is left exactly as it was and one
     line says which cell: its index, id and first line."""
-    import time
-
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellControlSignal, CellExecutionError, DeadKernelError
@@ -439,24 +517,62 @@ def execute(path, timeout=1200):
 
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}}, on_cell_start=on_cell_start)
+    log = tempfile.NamedTemporaryFile(prefix="course-kernel-", suffix=".log", delete=False)
     try:
-        client.execute()
+        with log:  # the kernel's own stderr (its shutdown after a timeout prints a ZMQ traceback): to a file
+            client.execute(stderr=log)
     except (CellExecutionError, CellControlSignal, DeadKernelError, TimeoutError, RuntimeError) as e:
-        what = (f"timed out after {timeout} s" if isinstance(e, TimeoutError) else
-                f"failed: {getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)}")
+        what = f"timed out after {timeout} s" if isinstance(e, TimeoutError) else f"failed: {error_text(e)}"
         cell = current.get("cell")
         if cell is None:
             where = f"the kernel failed before any cell ran: {what}"
         else:
             first = next((line.strip() for line in source(cell).splitlines() if line.strip()), "")
             where = f"cell {current['index']} (id {cell.get('id', '?')}, {first[:60]!r}) {what}"
-        print(f"{path}: {' '.join(where.split())[:300]}; the notebook was left unchanged", file=sys.stderr)
+        kept = f" (the kernel's log: {log.name})" if os.path.getsize(log.name) else ""
+        print(f"{path}: {' '.join(where.split())[:300]}; the notebook was left unchanged{kept}", file=sys.stderr)
         return False
+    finally:
+        if os.path.exists(log.name) and not os.path.getsize(log.name):
+            os.unlink(log.name)
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+    return save_executed(path, dumps(json.loads(nbformat.writes(nb))), time.perf_counter() - t0)
+
+
+def error_text(e):
+    """`Name: message` of a cell's error (nbclient's ename/evalue), `Name` alone when the message is empty."""
+    name, message = getattr(e, "ename", type(e).__name__), str(getattr(e, "evalue", e)).strip()
+    return f"{name}: {message}" if message else name
+
+
+def save_executed(path, text, seconds):
+    """Replace the notebook by its executed version atomically; if that fails (a read-only folder, a full disk),
+    keep the run in the temp directory and say where in one line. True if the notebook was saved."""
     tmp = path.with_name(f".{path.name}.part")
-    tmp.write_text(dumps(json.loads(nbformat.writes(nb))), encoding="utf-8")
-    tmp.replace(path)  # atomic: never half a notebook
-    print(f"{path}: ok in {time.perf_counter() - t0:.0f} s")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)  # atomic: never half a notebook
+    except OSError as e:
+        rescue = _rescue(path, text)
+        where = f"the executed notebook is in {rescue}" if rescue else "the run's outputs are lost"
+        print(f"{path}: ran in {seconds:.0f} s but could not be saved ({e.strerror or e}): {where}; the notebook "
+              "was left unchanged", file=sys.stderr)
+        return False
+    finally:
+        if tmp.is_file():  # what a failed write left
+            tmp.unlink()
+    print(f"{path}: ok in {seconds:.0f} s")
     return True
+
+
+def _rescue(path, text):
+    """Write text to a new file in the temp directory; its path, or None when that fails too."""
+    try:
+        fd, rescue = tempfile.mkstemp(prefix=f"{path.stem}-executed-", suffix=".ipynb")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return rescue
+    except OSError:
+        return None

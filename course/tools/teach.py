@@ -5,11 +5,13 @@ package holds no reference solution.
     python -m course student-build DIR                   # the course without its solutions, for a graded class
 """
 import argparse
+import re
 import shutil
 import sys
 from pathlib import Path
 
 from . import nbtools
+from .cli import OneLineParser
 
 CONFIG = nbtools.ROOT / "teachers" / "nbgrader_config.py"
 STUDENT_HEADER = ("# STUDENT BUILD of {nb}, made by `python -m course student-build`: each exercise is a stub\n"
@@ -27,22 +29,62 @@ every exercise is a stub: a later notebook that needs an earlier exercise's kern
 """
 
 
-def nbgrader_setup(dest, notebooks=None, assignment=None):
+ASSIGNMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a folder name under DIR/source, nothing more
+
+
+def _usable_dest(dest):
+    """DEST as a Path, or ValueError: a file, or inside the course's own notebooks or package (a copy of them would
+    copy itself)."""
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"{dest} is a file, not a directory")
+    where = dest.resolve()
+    for inside in (nbtools.NOTEBOOKS, nbtools.PACKAGE):
+        if where == inside.resolve() or inside.resolve() in where.parents:
+            raise ValueError(f"{dest} is inside the course's {inside.name}/: choose a directory outside it")
+    return dest
+
+
+def _assignment(name):
+    """An assignment name that stays a folder of DIR/source (no path, no '..'), or ValueError."""
+    if name is not None and not ASSIGNMENT_RE.match(name):
+        raise ValueError(f"--assignment {name!r}: a folder name (letters, digits, _ . -), not a path")
+    return name
+
+
+def nbgrader_setup(dest, notebooks=None, assignment=None, force=False):
     """An nbgrader course directory: DEST/nbgrader_config.py and DEST/source/NN_topic/NN_topic.ipynb per notebook
     (every solution notebook, or those named: a path, a file name or its NN prefix), or all of them in one
-    DEST/source/ASSIGNMENT/; returns the notebooks copied."""
-    dest = Path(dest)
+    DEST/source/ASSIGNMENT/; returns the notebooks written. An existing config is kept (`kept_config` says if it
+    differs); a notebook in source/ that differs from the course's is refused (the teacher's edits), unless force."""
+    dest, assignment = _usable_dest(dest), _assignment(assignment)
     every = nbtools.solution_notebooks()
     chosen = every if not notebooks else [_find(n, every) for n in notebooks]
+    plan = [(nb, dest / "source" / (assignment or nb.stem) / nb.name) for nb in chosen]
+    differ = [t for nb, t in plan if t.exists() and t.read_bytes() != nb.read_bytes()]
+    if differ and not force:
+        raise ValueError(f"{', '.join(str(t) for t in differ)} differ from the course's notebooks (your edits?): "
+                         "nothing was written; --force replaces them")
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(CONFIG, dest / "nbgrader_config.py")
+    config = dest / "nbgrader_config.py"
+    if not config.exists():
+        shutil.copyfile(CONFIG, config)
     out = []
-    for nb in chosen:
-        target = dest / "source" / (assignment or nb.stem) / nb.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(nb, target)
-        out.append(target)
+    for nb, target in plan:
+        if not target.exists() or target.read_bytes() != nb.read_bytes():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(nb, target)
+            out.append(target)
     return out
+
+
+def kept_config(dest):
+    """A line saying DEST's own nbgrader_config.py was kept though it differs from the course's, or None."""
+    config = Path(dest) / "nbgrader_config.py"
+    if config.is_file() and config.read_bytes() != CONFIG.read_bytes():
+        return (f"kept your {config} (it differs from the course's {CONFIG.relative_to(nbtools.ROOT)}: "
+                "compare them; the course's sets COURSE_MINE_DIR=off and the exercise stubs)")
+    return None
 
 
 def _find(name, every):
@@ -74,7 +116,7 @@ def student_modules():
 def student_build(dest):
     """Write the course without its solutions into DEST (a new or empty directory): the package with stubbed
     exercises, the student notebooks, MNIST, requirements.txt and pyproject.toml. Returns DEST."""
-    dest = Path(dest)
+    dest = _usable_dest(dest)
     if dest.exists() and any(dest.iterdir()):
         raise ValueError(f"{dest} is not empty")
     root = nbtools.ROOT
@@ -86,17 +128,23 @@ def student_build(dest):
             path.unlink()
     for module, text in modules.items():
         (dest / "course" / f"{module}.py").write_text(text, encoding="utf-8")
-    own_work = shutil.ignore_patterns("__pycache__", "*.pyc", "mine", ".ipynb_checkpoints")  # this checkout's saved passes
-    shutil.copytree(nbtools.EXERCISES, dest / "notebooks" / "exercises", ignore=own_work)
-    if (nbtools.PACKAGE / "mine.py").exists():  # issue 11's switch: the student's passing solutions replace stubs
-        for path in sorted((dest / "notebooks" / "exercises").glob("[0-9][0-9]_*.ipynb")):
-            if path.name[:2] >= "02":
-                path.write_text(nbtools.dumps(with_use_mine(nbtools.read(path))), encoding="utf-8")
+    write_student_notebooks(dest / "notebooks" / "exercises")
     shutil.copytree(root / "data" / "mnist", dest / "data" / "mnist")
     for name in ("requirements.txt", "pyproject.toml"):
         shutil.copyfile(root / name, dest / name)
     (dest / "README.md").write_text(STUDENT_README, encoding="utf-8")
     return dest
+
+
+def write_student_notebooks(folder):
+    """The student copies, made from the solution notebooks (never copied from notebooks/exercises/, where a
+    student's pasted solutions or a duplicate may sit), with course.use_mine() in 02 on (issue 11's switch)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in nbtools.solution_notebooks():
+        nb = nbtools.student_copy(path)
+        if (nbtools.PACKAGE / "mine.py").exists() and path.name[:2] >= "02":
+            nb = with_use_mine(nb)
+        (folder / path.name).write_text(nbtools.notebook_text(nbtools.stamp_written(nb, path.name)), encoding="utf-8")
 
 
 def with_use_mine(nb):
@@ -163,30 +211,54 @@ def guard_stubs(namespace):
                 namespace[name] = Unsolved(value)
 
 
+def parser(cmd):
+    """The parser of one teachers' command (each its own: argparse mixes options and notebooks only without
+    subparsers)."""
+    p = OneLineParser(prog=f"python -m course {cmd}", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    if cmd == "nbgrader-setup":
+        p.add_argument("dir")
+        p.add_argument("notebooks", nargs="*", help="default: every notebook; a name like 01 or 01_data.ipynb")
+        p.add_argument("--assignment", help="one assignment of all these notebooks (default: one per notebook)")
+        p.add_argument("--force", action="store_true", help="replace notebooks in DIR/source that differ from the "
+                       "course's (an existing nbgrader_config.py is always kept)")
+    else:
+        p.add_argument("dir", help="a new or empty directory")
+    return p
+
+
 def main(argv):
-    p = argparse.ArgumentParser(prog="python -m course", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("nbgrader-setup", help="an nbgrader course directory: config and source/ from the notebooks")
-    s.add_argument("dir")
-    s.add_argument("notebooks", nargs="*", help="default: every notebook; a name like 01 or 01_data.ipynb")
-    s.add_argument("--assignment", help="one assignment of all these notebooks (default: one per notebook)")
-    b = sub.add_parser("student-build", help="the course without its solutions, for a graded class")
-    b.add_argument("dir", help="a new or empty directory")
-    args = p.parse_args(argv)
+    """`python -m course nbgrader-setup ...` or `student-build ...`: 0, or 2 with one line on stderr."""
+    cmd = argv[0] if argv else None
+    if cmd not in ("nbgrader-setup", "student-build"):
+        print("python -m course: error: choose nbgrader-setup or student-build", file=sys.stderr)
+        return 2
+    if not argv[1:]:  # parse_intermixed_args would also call the optional notebooks "required"
+        print(f"python -m course {cmd}: error: give the directory DIR (python -m course {cmd} --help)",
+              file=sys.stderr)
+        return 2
+    args = parser(cmd).parse_intermixed_args(argv[1:])  # `DIR --assignment X 01` as well as `DIR 01 --assignment X`
     try:
-        if args.cmd == "nbgrader-setup":
-            paths = nbgrader_setup(args.dir, args.notebooks, args.assignment)
-            for path in paths:
-                print(f"wrote {path}")
-            print(f"wrote {Path(args.dir) / 'nbgrader_config.py'}; next: cd {args.dir} && nbgrader generate_assignment "
-                  f"{paths[0].parent.name}")
+        if cmd == "nbgrader-setup":
+            report_setup(args)
         else:
             print(f"wrote the student build in {student_build(args.dir)}")
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, OSError) as e:  # OSError: a read-only or full DIR, a file where a folder goes
+        why = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.strerror else str(e)
+        print(f"python -m course {cmd}: error: {' '.join(why.split())[:400]}", file=sys.stderr)
         return 2
     return 0
+
+
+def report_setup(args):
+    """Run nbgrader-setup and say what it wrote, kept and what to do next."""
+    paths = nbgrader_setup(args.dir, args.notebooks, args.assignment, force=args.force)
+    for path in paths:
+        print(f"wrote {path}")
+    print(kept_config(args.dir) or f"{Path(args.dir) / 'nbgrader_config.py'}: the course's")
+    every = nbtools.solution_notebooks()
+    first = args.assignment or _find((args.notebooks or [every[0].name])[0], every).stem
+    print(f"next: cd {args.dir} && nbgrader generate_assignment {first}")
 
 
 if __name__ == "__main__":
