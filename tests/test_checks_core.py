@@ -168,10 +168,18 @@ def test_exceptions_of_the_students_code_become_check_failures():
 
 
 @pytest.mark.skipif(not course.SIMULATOR, reason="a raise inside a kernel reaches Python only in the simulator")
-def test_a_kernel_that_raises_fails_with_the_case():
+def test_a_kernel_that_no_gpu_compiles_fails_with_the_case():
     msg = rejects(c01.check_scale_kernel, mutant(scale_kernel, "out[i] = x[i] / np.float32(255.0)",
                   "out[i] = x[i] / np.float32(255.0) if i < 50 else {}['x']"), "Exercise 1.2",
-                  ["your kernel raised KeyError"])
+                  ["no GPU can compile your kernel"])
+    assert "grid=" in msg and "DictType" in msg
+
+
+@pytest.mark.skipif(not course.SIMULATOR, reason="a GPU ignores a raise in a kernel (no debug build)")
+def test_a_kernel_that_raises_fails_with_the_case():
+    msg = rejects(c01.check_scale_kernel, mutant(scale_kernel, "out[i] = x[i] / np.float32(255.0)",
+                  "out[i] = x[i] / np.float32(255.0)\n        if i == 50:\n            raise KeyError(i)"),
+                  "Exercise 1.2", ["your kernel raised KeyError"])
     assert "grid=" in msg
 
 

@@ -271,13 +271,13 @@ class Padded:
     `host` the whole buffer as it was sent. A write past an edge changes a cell (`guards`, `unchanged` see it),
     and a read past an edge gets `fill` instead of faulting (on a GPU as in the simulator)."""
 
-    def __init__(self, a, guard, fill):
+    def __init__(self, a, guard, fill, to_device=None):
         a = np.asarray(a)
         self.shape, self.guard, self.fill = a.shape, guard, fill
         self.inner = tuple(slice(guard, guard + n) for n in a.shape)
         self.host = np.full(tuple(n + 2 * guard for n in a.shape), fill, dtype=a.dtype)
         self.host[self.inner] = a
-        self.buf = cuda.to_device(self.host)
+        self.buf = (to_device or cuda.to_device)(self.host)  # to_device: the simulator's, on a GPU (simulator_eyes)
         self.view = self.buf[self.inner]
 
     def guards(self, exercise, case, hint):
@@ -305,25 +305,25 @@ class Padded:
                  f"{(~same).sum()} cells changed): inputs must stay as they were, write only the output", hint)
 
 
-def padded_output(shape, dtype, guard):
+def padded_output(shape, dtype, guard, to_device=None):
     """An output: filled with NaN (floats) or a sentinel (ints) so that an element left unwritten shows, inside
     GUARD_* cells so that a write past any edge shows."""
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
-        return Padded(np.full(tuple(shape), np.nan, dtype), guard, GUARD_FLOAT)
-    return Padded(np.full(tuple(shape), GUARD_INT + 1, dtype), guard, GUARD_INT)
+        return Padded(np.full(tuple(shape), np.nan, dtype), guard, GUARD_FLOAT, to_device)
+    return Padded(np.full(tuple(shape), GUARD_INT + 1, dtype), guard, GUARD_INT, to_device)
 
 
-def padded_input(a, guard):
+def padded_input(a, guard, to_device=None):
     """An input: `a` inside padding cells of NaN (which poisons whatever a read past an edge touches, even a product
     with 0) or index 0 (so that a gathered index stays valid); compare it after the launch with `unchanged`."""
     a = np.asarray(a)
-    return Padded(a, guard, np.nan if a.dtype.kind == "f" else 0)
+    return Padded(a, guard, np.nan if a.dtype.kind == "f" else 0, to_device)
 
 
-def padded_inout(a, guard):
+def padded_inout(a, guard, to_device=None):
     """An in/out array (an update kernel's parameters and state): `a`'s values inside GUARD_FLOAT cells."""
-    return Padded(a, guard, GUARD_FLOAT)
+    return Padded(a, guard, GUARD_FLOAT, to_device)
 
 
 def unwritten(got, dtype):
@@ -362,6 +362,62 @@ def factor(got, expected):
     return c if abs(c - 1) > 1e-3 and np.allclose(r, c, rtol=1e-3) else None
 
 
+class Machine:
+    """Where a check's case runs: `to_device` makes its buffers, `launch` runs the kernel, `where` starts the
+    case's name (the simulator's run on a GPU says so)."""
+
+    def __init__(self, to_device, launch, where=""):
+        self.to_device, self.launch, self.where = to_device, launch, where
+
+
+ON_THIS_DEVICE = Machine(None, lambda *a: launch(*a))  # cuda.to_device, this machine's CUDA (GPU or simulator)
+SIM_ENV = "COURSE_SIMULATOR_EYES"  # "0": on a GPU, skip the simulator's run of the smallest odd case
+
+
+def simulator_eyes(cases, run_case, odd):
+    """On a GPU, run the smallest case for which odd(case) through numba-cuda's simulator too, in this process:
+    its bounds checks see a read past an input's end that guard cells hide on a GPU, its NaN-filled shared and
+    local arrays a read of a cell no thread wrote, and its thread order (each thread runs up to a barrier) a
+    missing cuda.syncthreads() that the GPU's warps happened to hide. Nothing in the simulator: it ran them all."""
+    __tracebackhide__ = True
+    if course.SIMULATOR or os.environ.get(SIM_ENV, "1") == "0":
+        return
+    from course import device
+    small = min((c for c in cases if odd(c)), key=_threads, default=None)
+    if small is None:
+        return
+    sim = Machine(device.simulator_to_device, _simulator_launch,
+                  "in numba's simulator (which the checks run on a GPU too, for what a GPU does not show) ")
+    with device.instruments(fill=_nan_fill):
+        run_case(small, sim)
+
+
+def _threads(c):
+    """How many GPU threads a case launches (what the simulator's run costs)."""
+    return prod(_dims(c["grid"])) * prod(_dims(c["block"]))
+
+
+def _nan_fill(a):
+    """Fill a new shared or local array as a GPU never would: NaN (floats) or a sentinel, so a read before any
+    write shows in the result."""
+    a.fill(np.nan if a.dtype.kind == "f" else GUARD_INT)
+
+
+def _simulator_launch(exercise, case, kernel, grid, block, args, hint):
+    """Launch `kernel`'s simulated twin (course.device.simulated); an IndexError is an out-of-bounds access."""
+    __tracebackhide__ = True
+    from course import device
+    sim = device.simulated(kernel)
+    try:
+        sim[grid, block](*args)
+    except Exception as e:
+        settle_simulator(sim)
+        if isinstance(e, IndexError):
+            fail(exercise, case, f"out-of-bounds access: {e} (on a GPU the read got a guard cell's value, "
+                 "which this result did not show)", hint)
+        fail(exercise, case, f"your kernel raised {type(e).__name__}: {e}", hint)
+
+
 def settle_simulator(kernel, timeout=30.0):
     """After a simulated kernel raised: wait for its threads and restore `cuda` (course.device.settle_simulator)."""
     from course.device import settle_simulator
@@ -370,8 +426,10 @@ def settle_simulator(kernel, timeout=30.0):
 
 def launch(exercise, case, kernel, grid, block, args, hint):
     """Launch and synchronise, turning an out-of-bounds access, an exception or a GPU fault into a check
-    failure that names the case."""
+    failure that names the case. First the compile gate (`compile_gate`): on either machine, a kernel that no
+    GPU compiles, or one that computes in float64 on float32 arrays, fails before it runs."""
     __tracebackhide__ = True
+    compile_gate(exercise, case, kernel, args)
     try:
         kernel[grid, block](*args)
         cuda.synchronize()  # a fault of this launch shows here, with this case, not at a later allocation
@@ -437,28 +495,36 @@ def run_cases(exercise, kernel, cases, hint, atol=0.0, rtol=0.0, diagnose=None):
     raise_if_unimplemented(kernel)
     require_round_and_odd(exercise, cases)
     for c in cases:
-        expected = c["expected"] if isinstance(c["expected"], tuple) else (c["expected"],)
-        guard = max(max(_dims(c["block"])), 4)
-        outs = [padded_output(e.shape, e.dtype, guard) for e in expected]
-        args, inputs = [], {}
-        for k, a in enumerate(c["inputs"]):
-            a = np.asarray(a)
-            if a.ndim == 0:
-                args.append(a[()])
-                continue
-            inputs[k] = padded_input(a, guard)
-            args.append(inputs[k].view)
-        args += [out.view for out in outs]
-        case = f"with {c['name']}, grid={c['grid']}, block={c['block']}"
-        launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
-        check_inputs(exercise, case, inputs, _arg_names(kernel, len(args)), hint)
-        for k, (out, e) in enumerate(zip(outs, expected)):
-            which = f" (output {k + 1} of {len(expected)})" if len(expected) > 1 else ""
-            got = out.guards(exercise, case + which, hint)
-            compare(exercise, case + which, got, e, atol, rtol, hint, diagnose)
+        _run_case(exercise, kernel, c, hint, atol, rtol, diagnose, ON_THIS_DEVICE)
+    simulator_eyes(cases, lambda c, on: _run_case(exercise, kernel, c, hint, atol, rtol, diagnose, on),
+                   lambda c: not is_round(c))
     shapes = sorted({str(c["block"]) for c in cases})
     return (f"{len(cases)} random cases (sizes that are and are not multiples of the block), "
             f"blocks {', '.join(shapes)}")
+
+
+def _run_case(exercise, kernel, c, hint, atol, rtol, diagnose, on):
+    """One case of run_cases, on `on` (ON_THIS_DEVICE, or the simulator on a GPU machine: simulator_eyes)."""
+    __tracebackhide__ = True
+    expected = c["expected"] if isinstance(c["expected"], tuple) else (c["expected"],)
+    guard = max(max(_dims(c["block"])), 4)
+    outs = [padded_output(e.shape, e.dtype, guard, on.to_device) for e in expected]
+    args, inputs = [], {}
+    for k, a in enumerate(c["inputs"]):
+        a = np.asarray(a)
+        if a.ndim == 0:
+            args.append(a[()])
+            continue
+        inputs[k] = padded_input(a, guard, on.to_device)
+        args.append(inputs[k].view)
+    args += [out.view for out in outs]
+    case = f"{on.where}with {c['name']}, grid={c['grid']}, block={c['block']}"
+    on.launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
+    check_inputs(exercise, case, inputs, _arg_names(kernel, len(args)), hint)
+    for k, (out, e) in enumerate(zip(outs, expected)):
+        which = f" (output {k + 1} of {len(expected)})" if len(expected) > 1 else ""
+        got = out.guards(exercise, case + which, hint)
+        compare(exercise, case + which, got, e, atol, rtol, hint, diagnose)
 
 
 def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INPLACE_RTOL):
@@ -474,33 +540,42 @@ def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INP
     if {all(a.size % unit(c) == 0 for a in c["state"]) for c in cases} != {True, False}:
         raise ValueError(f"{exercise}'s check needs sizes that are and are not multiples of the block")
     for c in cases:
-        block = c["block"] if isinstance(c["block"], tuple) else (c["block"],)
-        grid = c["grid"] if isinstance(c["grid"], tuple) else (c["grid"],)
-        threads = prod(grid) * prod(block)  # guard cells cover every thread past the end, spare blocks too
-        guard = max(max(block), 4, threads - min(a.size for a in c["state"]))
-        bufs = [padded_inout(a, guard) for a in c["state"]]
-        before = [np.asarray(a) for a in c["state"]]
-        for k, (g, scalars, expected) in enumerate(c["steps"], 1):
-            case = f"with {c['name']}, step {k} of {len(c['steps'])}, grid={c['grid']}, block={c['block']}"
-            views = [p.view for p in bufs]
-            grad = padded_input(g, guard)
-            args = [views[0], grad.view, *views[1:], *scalars]
-            launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
-            for p, name, e, prev in zip(bufs, c["names"], expected, before):
-                where = f"{case} (array {name})"
-                got = p.guards(exercise, where, hint)
-                stale = (got == prev) & ~np.isclose(e, prev, atol=atol, rtol=rtol)
-                if stale.any():
-                    idx = tuple(int(i) for i in np.argwhere(stale)[0])
-                    fail(exercise, where, f"{name}{list(idx)} did not change in this step (it still holds "
-                         f"{prev[idx]!r}, expected {e[idx]!r}): never written, or the update came out as zero? "
-                         f"({stale.sum()} of {stale.size} elements unchanged)", hint)
-                compare(exercise, where, got, e, atol, rtol, hint)
-            grad.unchanged(exercise, case, "g (the gradient)", hint)
-            before = list(expected)
+        _run_inplace_case(exercise, kernel, c, hint, atol, rtol, ON_THIS_DEVICE)
+    simulator_eyes(cases, lambda c, on: _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on),
+                   lambda c: not all(a.size % unit(c) == 0 for a in c["state"]))
     shapes = sorted({str(c["block"]) for c in cases})
     return (f"{len(cases)} random cases x {len(cases[0]['steps'])} steps (sizes that are and are not multiples "
             f"of the block), blocks {', '.join(shapes)}")
+
+
+
+def _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on):
+    """One case of run_inplace_steps, on `on` (as _run_case)."""
+    __tracebackhide__ = True
+    block = c["block"] if isinstance(c["block"], tuple) else (c["block"],)
+    grid = c["grid"] if isinstance(c["grid"], tuple) else (c["grid"],)
+    threads = prod(grid) * prod(block)  # guard cells cover every thread past the end, spare blocks too
+    guard = max(max(block), 4, threads - min(a.size for a in c["state"]))
+    bufs = [padded_inout(a, guard, on.to_device) for a in c["state"]]
+    before = [np.asarray(a) for a in c["state"]]
+    for k, (g, scalars, expected) in enumerate(c["steps"], 1):
+        case = f"{on.where}with {c['name']}, step {k} of {len(c['steps'])}, grid={c['grid']}, block={c['block']}"
+        views = [p.view for p in bufs]
+        grad = padded_input(g, guard, on.to_device)
+        args = [views[0], grad.view, *views[1:], *scalars]
+        on.launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
+        for p, name, e, prev in zip(bufs, c["names"], expected, before):
+            where = f"{case} (array {name})"
+            got = p.guards(exercise, where, hint)
+            stale = (got == prev) & ~np.isclose(e, prev, atol=atol, rtol=rtol)
+            if stale.any():
+                idx = tuple(int(i) for i in np.argwhere(stale)[0])
+                fail(exercise, where, f"{name}{list(idx)} did not change in this step (it still holds "
+                     f"{prev[idx]!r}, expected {e[idx]!r}): never written, or the update came out as zero? "
+                     f"({stale.sum()} of {stale.size} elements unchanged)", hint)
+            compare(exercise, where, got, e, atol, rtol, hint)
+        grad.unchanged(exercise, case, "g (the gradient)", hint)
+        before = list(expected)
 
 
 _THREAD_ATTRS = {"threadIdx", "laneid", "grid", "warpid"}  # cuda.<these> differ between the threads of a block
@@ -547,3 +622,109 @@ def divergent_barriers(kernel):
             if any(isinstance(n, ast.Return) for n in ast.walk(node)):
                 found += [first + b.lineno for b in barriers if b.lineno > node.lineno and b not in inner]
     return sorted(set(found))
+
+
+# --- the compile gate: what a GPU's compiler refuses, and float64 in float32 kernels, on either machine --------
+
+GATE_ENV = "COURSE_COMPILE_GATE"  # "0" turns the gate off (to see what the simulator alone says)
+_gate_answers = {}  # (the kernel's description, argument types) -> the compiler's answer: once per kernel
+_gate_worker = None
+COMPILE_HINT = ("a kernel is compiled for the GPU before it runs (the simulator runs it as Python, so it accepts "
+                "more): inside a kernel use only scalar arithmetic, math.*, cuda.*, array indexing and "
+                "np.float32(...) casts; no generator expressions or sum(), np.dot or other whole-array NumPy, "
+                "try/except, lists or dicts; an `if` guard, not an exception, keeps an index in bounds")
+FLOAT64_HINT = ("in numba a bare literal (0.0, 1, 255), float(...) and an int or a float64 mixed with a float32 "
+                "all give float64, which a GPU computes many times slower and rounds differently: write "
+                "np.float32(0.0), np.float32(1.0) - beta1, x * np.float32(1 / 255), so that every operation has "
+                "float32 operands")
+
+
+def compile_gate(exercise, case, kernel, args):
+    """Fail if `kernel` does not compile for a GPU with these arguments' types, with numba's reason and line, or
+    if (every floating-point argument being float32) a statement computes in float64, naming the line. Compiled
+    once per kernel source and argument types: in the simulator by a GPU-mode worker process (no GPU needed), on
+    a GPU in this process. A kernel that cannot be described (a closure, ...) or a worker that cannot start goes
+    without the gate."""
+    __tracebackhide__ = True
+    answer = _gate_answer(kernel, args)
+    if answer is None or "skip" in answer:
+        return
+    err = answer["error"]
+    if err:
+        where = _gate_where(*((err["file"], err["line"]) if err["line"] else _line_naming(kernel, err["reason"])))
+        fail(exercise, case, f"no GPU can compile your kernel, though the simulator runs it: numba says "
+             f"\"{err['reason']}\"{where}", COMPILE_HINT)
+    if answer["float64"] and _float32_only(args):
+        (file, line, fn), *more = answer["float64"]
+        others = sorted({ln for _, ln, _ in more if ln != line})
+        also = f" (and line{'s' if len(others) > 1 else ''} {', '.join(map(str, others))})" if others else ""
+        fail(exercise, case, f"your kernel computes in float64 though its arrays are float32: "
+             f"{_gate_where(file, line, fn).strip(' ()')}{also}", FLOAT64_HINT)
+
+
+def _gate_where(file, line, fn=None):
+    """' (line 7 of kernel: `acc = acc + x`)' for a source position, or ''."""
+    from course.tools.gate import source_line
+    if not line:
+        return ""
+    text = source_line(file, line) if file else ""
+    return f" (line {line}{f' of {fn}' if fn else ''}{f': `{text}`' if text else ''})"
+
+
+EXCEPT_RE = r"^\s*except\b"  # numba's `exception_match` is an `except` clause
+
+
+def _line_naming(kernel, reason):
+    """(file, line) of the first line of kernel's code, or of a device function it calls, that names what
+    numba's reason names (`Function(<built-in function dot>)`, `attribute 'dot'`): numba did not say where."""
+    from course.tools.gate import called_device_functions
+    names = [n for pair in re.findall(r"(?:function|intrinsic) (\w+)>|attribute '(\w+)'", reason) for n in pair if n]
+    patterns = [EXCEPT_RE if n == "exception_match" else rf"\b{n}\s*\(" for n in names]
+    for fn in [kernel, *called_device_functions(kernel)]:
+        try:
+            lines, first = inspect.getsourcelines(fn.py_func)
+        except (OSError, TypeError):
+            continue
+        for k, line in enumerate(lines):
+            if any(re.search(p, line) for p in patterns):
+                return fn.py_func.__code__.co_filename, first + k
+    return None, None
+
+
+def _float32_only(args):
+    """Whether no argument is float64 (an array's dtype or a scalar): then the spec asks for float32 throughout."""
+    return not any(np.dtype(getattr(a, "dtype", type(a) if isinstance(a, float) else np.int64)) == np.float64
+                   for a in args)
+
+
+def _gate_answer(kernel, args):
+    """The compiler's answer for kernel and args' types (cached), or None when the gate is off or cannot run."""
+    from course import device
+    from course.tools import gate
+    if os.environ.get(GATE_ENV, "1") == "0" or not hasattr(kernel, "py_func") or device.simulator_only():
+        return None
+    try:
+        spec, argtypes = gate.describe(kernel), [gate.arg_type(a) for a in args]
+        key = (json_key(spec), json_key(argtypes))
+    except (gate.Untransportable, OSError, TypeError, ValueError, StopIteration):
+        return None  # no source (typed at a prompt), or a global without a value form: no gate
+    if key not in _gate_answers:
+        _gate_answers[key] = _ask_compiler(kernel, spec, argtypes)
+    return _gate_answers[key]
+
+
+def json_key(x):
+    """A hashable, canonical form of a JSON-able value."""
+    import json
+    return json.dumps(x, sort_keys=True)
+
+
+def _ask_compiler(kernel, spec, argtypes):
+    """Compile: in this process on a GPU, else in the worker (started on first use)."""
+    global _gate_worker
+    from course.tools import gate
+    if not course.SIMULATOR:
+        return gate.analyse(kernel, gate.numba_types(argtypes))
+    if _gate_worker is None:
+        _gate_worker = gate.Worker()
+    return _gate_worker.ask(spec, argtypes)
