@@ -371,16 +371,17 @@ class Machine:
 
 
 ON_THIS_DEVICE = Machine(None, lambda *a: launch(*a))  # cuda.to_device, this machine's CUDA (GPU or simulator)
-SIM_ENV = "COURSE_SIMULATOR_EYES"  # "0": on a GPU, skip the simulator's run of the smallest odd case
+SIM_ENV = "COURSE_SIMULATOR_EYES"  # "0": on a GPU, skip the simulator's run; "always": in the simulator too (tests)
 
 
-def simulator_eyes(cases, run_case, odd):
+def simulator_eyes(cases, run_case, odd, instrument=True):
     """On a GPU, run the smallest case for which odd(case) through numba-cuda's simulator too, in this process:
     its bounds checks see a read past an input's end that guard cells hide on a GPU, its NaN-filled shared and
     local arrays a read of a cell no thread wrote, and its thread order (each thread runs up to a barrier) a
-    missing cuda.syncthreads() that the GPU's warps happened to hide. Nothing in the simulator: it ran them all."""
+    missing cuda.syncthreads() that the GPU's warps happened to hide. Nothing in the simulator: it ran them all.
+    `instrument=False`: run_case installs its own simulator instruments (course.device.instruments)."""
     __tracebackhide__ = True
-    if course.SIMULATOR or os.environ.get(SIM_ENV, "1") == "0":
+    if (course.SIMULATOR and os.environ.get(SIM_ENV) != "always") or os.environ.get(SIM_ENV, "1") == "0":
         return
     from course import device
     small = min((c for c in cases if odd(c)), key=_threads, default=None)
@@ -388,6 +389,8 @@ def simulator_eyes(cases, run_case, odd):
         return
     sim = Machine(device.simulator_to_device, _simulator_launch,
                   "in numba's simulator (which the checks run on a GPU too, for what a GPU does not show) ")
+    if not instrument:
+        return run_case(small, sim)
     with device.instruments(fill=_nan_fill):
         run_case(small, sim)
 

@@ -14,8 +14,8 @@ import numpy as np
 
 import course
 from course.device import in_kernel_thread
-from course.checks.core import (CheckFailure, _sticky, code_names, divergent_barriers, exercise, fail, launch,
-                                padded_input, padded_output, run_cases)
+from course.checks.core import (ON_THIS_DEVICE, CheckFailure, _sticky, code_names, divergent_barriers, exercise,
+                                fail, launch, padded_input, padded_output, run_cases, simulator_eyes)
 from course.util import cdiv
 
 
@@ -55,7 +55,8 @@ def check_softmax_xent_kernel(softmax_xent_kernel, seed=0):
     ex = "Exercise 3.1"
     rng = np.random.default_rng(seed)
     specs = {False: [(37, 10, 32, np.int64), (50, 7, 16, np.int32), (64, 10, 32, np.int64)],
-             True: [(45, 10, 64, np.int64), (course.pick(60_001, 29), 13, course.pick(128, 8), np.int32),
+             True: [(9, 13, 8, np.int64),  # the smallest: what a GPU also runs in the simulator (C = 13 > 10)
+                    (45, 10, 64, np.int64), (course.pick(60_001, 29), 13, course.pick(128, 8), np.int32),
                     (course.pick(60_000 // 64 * 64, 32), 10, course.pick(64, 16), np.int64)]}  # whole blocks
     cases = {}
     for large, shapes in specs.items():
@@ -97,6 +98,8 @@ def check_softmax_xent_kernel(softmax_xent_kernel, seed=0):
             f"blocks {', '.join(map(str, blocks))}")
 
 
+MAX_BLOCK = 1024  # the largest block 3.2's spec allows (notebook 03's MAX_BLOCK): its check launches one
+
 # --- instruments for the simulator -----------------------------------------------------------------------
 
 def _poison(a):
@@ -109,21 +112,22 @@ def _poison(a):
 
 
 @contextlib.contextmanager
-def simulator_instruments():
+def simulator_instruments(active=None):
     """While a kernel runs in the simulator: new shared and local arrays hold NaN, atomic adds are counted, the
     barriers each thread reaches are recorded, and so are the sizes of shared arrays.
 
     Yields an object whose `atomic_adds` list gets one entry per `cuda.atomic.add`, `barriers` maps
     (blockIdx, threadIdx) to the source lines of the `cuda.syncthreads()` calls that thread reached, in order, and
-    `shared_sizes` lists (cells, source line) per shared array. On a GPU it does nothing
-    (the list stays empty and `active` is False). The simulator allocates shared memory with numpy.empty, which
+    `shared_sizes` lists (cells, source line) per shared array. Inactive (`active` False: on a GPU, unless the
+    kernel runs in the simulator there, core.simulator_eyes) it does nothing (the lists stay empty). The simulator allocates shared memory with numpy.empty, which
     often returns memory that happens to hold plausible values; NaN makes a read-before-write show.
 
     It also makes the simulator's shared-array allocation thread-safe: the simulator looks the array up and
     creates it without a lock, and inside a Jupyter kernel two threads of a block sometimes both create it (each
     then works on its own copy), which would fail a correct kernel here."""
-    stats = SimpleNamespace(atomic_adds=[], active=course.SIMULATOR, barriers={}, shared_sizes=[])
-    if not course.SIMULATOR:
+    active = course.SIMULATOR if active is None else active  # True: a simulated kernel on a GPU machine too
+    stats = SimpleNamespace(atomic_adds=[], active=active, barriers={}, shared_sizes=[])
+    if not active:
         yield stats
         return
     from course.device import instruments  # the simulator's internals are patched there, and only there
@@ -172,64 +176,23 @@ def check_sum_kernel(sum_kernel, seed=0):
             "halved, and at how a block's sum reaches total (added atomically, once per block)")
     rng = np.random.default_rng(seed)
     # (n, block): one block; several blocks, the last one part full; blocks that are not powers of two (48,
-    # 20); every block full (64 of 32, 96 of 48); the launchers' block of 256; on a GPU thousands of blocks,
-    # so that a plain += into total loses additions there
-    shapes = [(5, 8), (100, 32), (130, 48), (64, 32), (96, 48), (300, 256),
+    # 20); every block full (64 of 32, 96 of 48); the launchers' block of 256; the largest block the spec allows
+    # (a shared array sized for less shows); on a GPU thousands of blocks, so that a plain += into total loses
+    # additions there
+    shapes = [(5, 8), (100, 32), (130, 48), (64, 32), (96, 48), (300, 256), (1500, MAX_BLOCK),
               (course.pick(1_000_003, 75), course.pick(256, 20)), (course.pick(256 * 4000, 60), course.pick(256, 20))]
+    cases = []
     for n, block in shapes:
         x = rng.uniform(0.5, 1.5, n).astype(np.float32)  # positive: a dropped or doubled element always shows
         start = np.float32(rng.uniform(-50, 50))          # total starts here: the kernel adds, it does not set
-        guard = max(block, 4)
-        total = padded_output((1,), np.float32, guard)
-        total.view.copy_to_device(np.array([start], np.float32))
-        grid = cdiv(n, block)
-        case = f"with n={n}, grid={grid}, block={block} (total starting at {start:.3f})"
-        xs = padded_input(x, guard)
-        with simulator_instruments() as stats:
-            launch(ex, case, sum_kernel, grid, block, [xs.view, total.view], hint)
-        xs.unchanged(ex, case, "x", hint)
-        small = [(size, line) for size, line in stats.shared_sizes if size < block]
-        if small:
-            fail(ex, case, f"the shared array of line {small[0][1]} has {small[0][0]} cells for a block of {block} "
-                 "threads: on a GPU the threads past its end write into memory that is not theirs", hint)
-        odd = barrier_mismatch(stats.barriers, block)
-        if odd:
-            blk, ta, la, tb, lb = odd
-            fail(ex, case, f"in block {blk[0]}, thread {ta[0]} reached the barriers ({_short(la)}) and thread "
-                 f"{tb[0]} reached ({_short(lb)}): every thread of a block must reach the same "
-                 "cuda.syncthreads() calls. A barrier inside an `if` that depends on the thread (or a return "
-                 "before one) is undefined behaviour on a GPU: a hang or a wrong sum", hint)
-        got, want = float(total.guards(ex, case, hint)[0]), float(start) + float(x.astype(np.float64).sum())
-        diff = got - want
-        # float32: a tree of n positive numbers is off by at most ~log2(n) ulps of the total; allow 1e-5
-        if not abs(diff) <= 1e-5 * (abs(float(start)) + float(x.sum())):
-            sums = x.astype(np.float64).reshape(-1)
-            partials = [sums[b * block:(b + 1) * block].sum() for b in range(grid)]
-            msg = f"total[0] should be {want:.5f} (start + sum(x)) but is {got:.5f}"
-            if np.isnan(got):
-                msg += (". NaN: a tree step read a shared cell that no thread had written yet (the check fills "
-                        "shared memory with NaN): a cuda.syncthreads() is missing after the load or after a "
-                        "step, or threads past the end of x did not store 0")
-            elif any(abs(got - p) < 1e-3 * abs(p) for p in partials) or abs(got - (want - start)) < 1e-3 * want:
-                msg += (". That is one block's sum, or the sum without the starting value: total[0] was "
-                        "overwritten (=) instead of added to (cuda.atomic.add)")
-            elif diff < 0:
-                msg += (f": short by {-diff:.4f}, about {-diff / x.mean():.1f} elements' worth, so some cells never "
-                        "reached s[0]. Is a cuda.syncthreads() missing after a tree step (a thread then reads its "
-                        "partner's cell before the partner has added into it)?")
-                if block & (block - 1):
-                    msg += (f" Or, with this block of {block} threads (not a power of two), does half round down "
-                            "(step // 2)? That drops the last cell of every odd step: round up")
-            else:
-                msg += f": {diff:.4f} too much, about {diff / x.mean():.1f} elements counted twice"
-            fail(ex, case, msg, hint)
-        if stats.active and len(stats.atomic_adds) != grid:
-            if not stats.atomic_adds:
-                fail(ex, case, "the total is right here, but only because the simulator runs the blocks one after "
-                     "another: your kernel made no atomic add, and on a GPU blocks that update total[0] with a "
-                     "plain += at the same time lose each other's additions", hint)
-            fail(ex, case, f"{len(stats.atomic_adds)} atomic adds for {grid} block{'s' * (grid > 1)}: reduce each "
-                 "block in shared memory first, then let one thread per block add the block's sum", hint)
+        cases.append(dict(n=n, block=block, x=x, start=start, grid=cdiv(n, block)))
+    for c in cases:
+        _sum_case(ex, sum_kernel, c, hint, ON_THIS_DEVICE)
+    # on a GPU, the simulator's eyes: the smallest case whose last block is part full, and the largest block
+    simulator_eyes(cases, lambda c, on: _sum_case(ex, sum_kernel, c, hint, on), lambda c: c["n"] % c["block"] != 0,
+                   instrument=False)
+    simulator_eyes(cases, lambda c, on: _sum_case(ex, sum_kernel, c, hint, on), lambda c: c["block"] == MAX_BLOCK,
+                   instrument=False)
     lines = divergent_barriers(sum_kernel)
     if lines:
         fail(ex, "(reading the kernel's code)", f"cuda.syncthreads() on line {', '.join(map(str, lines))} is "
@@ -242,6 +205,62 @@ def check_sum_kernel(sum_kernel, seed=0):
     blocks = ", ".join(str(b) for b in sorted({b for _, b in shapes}))
     return (f"{len(shapes)} random cases (sizes that are and are not multiples of the block), blocks {blocks}"
             + (", shared memory NaN-filled, barriers and atomic adds counted" if course.SIMULATOR else ""))
+
+
+def _sum_case(ex, sum_kernel, c, hint, on):
+    """One case of check_sum_kernel, on `on` (this machine, or the simulator on a GPU: core.simulator_eyes)."""
+    __tracebackhide__ = True
+    n, block, x, start, grid = c["n"], c["block"], c["x"], c["start"], c["grid"]
+    guard = max(block, 4)
+    total = padded_output((1,), np.float32, guard, on.to_device)
+    total.view.copy_to_device(np.array([start], np.float32))
+    case = f"{on.where}with n={n}, grid={grid}, block={block} (total starting at {start:.3f})"
+    xs = padded_input(x, guard, on.to_device)
+    with simulator_instruments(active=course.SIMULATOR or on is not ON_THIS_DEVICE) as stats:
+        on.launch(ex, case, sum_kernel, grid, block, [xs.view, total.view], hint)
+    xs.unchanged(ex, case, "x", hint)
+    small = [(size, line) for size, line in stats.shared_sizes if size < block]
+    if small:
+        fail(ex, case, f"the shared array of line {small[0][1]} has {small[0][0]} cells for a block of {block} "
+             "threads: on a GPU the threads past its end write into memory that is not theirs", hint)
+    odd = barrier_mismatch(stats.barriers, block)
+    if odd:
+        blk, ta, la, tb, lb = odd
+        fail(ex, case, f"in block {blk[0]}, thread {ta[0]} reached the barriers ({_short(la)}) and thread "
+             f"{tb[0]} reached ({_short(lb)}): every thread of a block must reach the same "
+             "cuda.syncthreads() calls. A barrier inside an `if` that depends on the thread (or a return "
+             "before one) is undefined behaviour on a GPU: a hang or a wrong sum", hint)
+    got, want = float(total.guards(ex, case, hint)[0]), float(start) + float(x.astype(np.float64).sum())
+    diff = got - want
+    # float32: a tree of n positive numbers is off by at most ~log2(n) ulps of the total; allow 1e-5
+    if not abs(diff) <= 1e-5 * (abs(float(start)) + float(x.sum())):
+        sums = x.astype(np.float64).reshape(-1)
+        partials = [sums[b * block:(b + 1) * block].sum() for b in range(grid)]
+        msg = f"total[0] should be {want:.5f} (start + sum(x)) but is {got:.5f}"
+        if np.isnan(got):
+            msg += (". NaN: a tree step read a shared cell that no thread had written yet (the check fills "
+                    "shared memory with NaN): a cuda.syncthreads() is missing after the load or after a "
+                    "step, or threads past the end of x did not store 0")
+        elif any(abs(got - p) < 1e-3 * abs(p) for p in partials) or abs(got - (want - start)) < 1e-3 * want:
+            msg += (". That is one block's sum, or the sum without the starting value: total[0] was "
+                    "overwritten (=) instead of added to (cuda.atomic.add)")
+        elif diff < 0:
+            msg += (f": short by {-diff:.4f}, about {-diff / x.mean():.1f} elements' worth, so some cells never "
+                    "reached s[0]. Is a cuda.syncthreads() missing after a tree step (a thread then reads its "
+                    "partner's cell before the partner has added into it)?")
+            if block & (block - 1):
+                msg += (f" Or, with this block of {block} threads (not a power of two), does half round down "
+                        "(step // 2)? That drops the last cell of every odd step: round up")
+        else:
+            msg += f": {diff:.4f} too much, about {diff / x.mean():.1f} elements counted twice"
+        fail(ex, case, msg, hint)
+    if stats.active and len(stats.atomic_adds) != grid:
+        if not stats.atomic_adds:
+            fail(ex, case, "the total is right here, but only because the simulator runs the blocks one after "
+                 "another: your kernel made no atomic add, and on a GPU blocks that update total[0] with a "
+                 "plain += at the same time lose each other's additions", hint)
+        fail(ex, case, f"{len(stats.atomic_adds)} atomic adds for {grid} block{'s' * (grid > 1)}: reduce each "
+             "block in shared memory first, then let one thread per block add the block's sum", hint)
 
 
 # --- Exercise 3.3: a launcher, checked by calling it ----------------------------------------------------
