@@ -73,7 +73,8 @@ def test_what_no_gpu_compiles_is_refused(edits):
 
 @pytest.mark.parametrize("check, solution, edits", [
     (c02.check_matmul_kernel, matmul_v1_kernel, [("acc = float32(0.0)", "acc = A[row, 0] * float32(0.0)")]),
-    (c02.check_matmul_kernel, matmul_v1_kernel, [("for k in range(A.shape[1]):", "for k in range(A.shape[1] - 1, -1, -1):")]),
+    (c02.check_matmul_kernel, matmul_v1_kernel, [("for k in range(A.shape[1]):",
+                                                   "for k in range(A.shape[1] - 1, -1, -1):")]),
     (c04.check_dlogits_kernel, dlogits_kernel, [("float32(1.0) if j == y[r] else float32(0.0)",
                                                  "np.float32(j == y[r])")]),
     (c01.check_scale_kernel, scale_kernel, [("x[i] / np.float32(255.0)", "x[i] * np.float32(1 / 255)")]),

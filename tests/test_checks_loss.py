@@ -179,6 +179,12 @@ DIV = "div_kernel[1, 1, stream](out, np.float32(n))"
     bug("new array each time", ["did not return the `out`"], ("if out is None:", "if True:")),
     bug("divides by the block count", ["expected", "too large", "out holds"],
         ("np.float32(n))", "np.float32(cdiv(n, THREADS)))")),
+    # the stream argument, which notebook 08 records launches through, is accepted but not used
+    bug("sum on the default stream", ["sum_kernel was launched on the default stream"],
+        (SUM, "sum_kernel[cdiv(n, THREADS), THREADS](x, out)")),
+    bug("every launch on the default stream", ["zero_kernel was launched on the default stream"],
+        (", stream](", "](", 3)),
+    bug("divides by n - 1", ["the sum was divided by n - 1"], ("np.float32(n))", "np.float32(n - 1))")),
 ])
 def test_mean_check_rejects(edits, says):
     rejects(checks.check_batch_mean, mutated(L.batch_mean, *edits), "Exercise 3.3", says)

@@ -23,11 +23,15 @@ GUARD_INT = -987654321
 # rounds twice
 INPLACE_ATOL, INPLACE_RTOL = 1e-6, 1e-5
 
-HINTS = {}        # "2.1" -> the code-level hint, printed by hint("2.1") only when a student asks
+HINTS = {}        # "2.1" -> the answer's code: the last level of hint("2.1", level=...), only when asked by name
+LADDERS = {}      # "2.1" -> its nudges (prose, no code): hint("2.1") gives the next one
+_hint_shown = {}  # "2.1" -> the highest level hint() has shown in this process
+ANSWERS_ENV = "COURSE_HINT_ANSWERS"  # "0": the hints' last level (the answer's code) is off (a teacher's choice)
 POISONED = None   # set to a description of the GPU fault once one has made this process's CUDA context unusable
 STUB_RE = re.compile(r"^Exercise \d+\.\d+: ")  # the label of the stub `python -m course exercises` writes
 _CHECKS_DIR = os.path.dirname(os.path.abspath(__file__))
 _COURSE_DIR = os.path.dirname(_CHECKS_DIR)  # the course package: the checks and the solutions they may call
+NO_ANSWERS_FILE = os.path.join(_CHECKS_DIR, "NO_HINT_ANSWERS")  # written by `student-build --no-hint-answers`
 # CUDA errors after which the context is unusable: every later call in the process fails with the same error
 STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS": 700, "CUDA_ERROR_LAUNCH_TIMEOUT": 702, "CUDA_ERROR_ASSERT": 710,
           "CUDA_ERROR_HARDWARE_STACK_ERROR": 714, "CUDA_ERROR_ILLEGAL_INSTRUCTION": 715,
@@ -45,8 +49,11 @@ class CheckFailure(AssertionError):
         return [f"{type(self).__name__}: {self}"]
 
 
-def hint(exercise):
-    """Print the code-level hint of an exercise, e.g. hint("2.1"): ask for it after trying on your own."""
+def hint(exercise, level=None):
+    """The next rung of an exercise's hint ladder, e.g. hint("2.1"): a nudge (what to look at, a question), never
+    code; each call gives the next one. The last level, asked for by name (hint("2.1", level=3)), shows the
+    answer's code, unless the teacher turned it off (ANSWERS_ENV, or a student build made with
+    --no-hint-answers)."""
     key = str(exercise).replace("Exercise", "").strip()
     if key not in HINTS:  # the notebook imported only its own checks: load them all
         import importlib
@@ -55,7 +62,39 @@ def hint(exercise):
             importlib.import_module(f"course.checks.{m.name}")
     if key not in HINTS:
         raise ValueError(f"no exercise {key!r}; exercises with hints: {', '.join(sorted(HINTS))}")
-    print(f"Exercise {key}, more help:\n{HINTS[key]}")
+    print(hint_text(key, level))
+
+
+def hint_text(key, level=None):
+    """What hint(key, level) prints: level None is the rung after the last one shown (nudges only)."""
+    nudges = LADDERS.get(key, ())
+    last = len(nudges) + 1
+    if level is None:
+        level = min(_hint_shown.get(key, 0) + 1, max(len(nudges), 1))
+    if not 1 <= level <= last:
+        raise ValueError(f"exercise {key} has hint levels 1 to {last}")
+    _hint_shown[key] = max(_hint_shown.get(key, 0), level)
+    if level == last:
+        if not answers_shown():
+            return (f"Exercise {key}, level {last} of {last} (the answer's code) is turned off for this class: "
+                    f"your teacher chose it. Levels 1-{last - 1} are the nudges: hint('{key}', level=1) ...")
+        return (f"Exercise {key}, level {last} of {last}: this shows the answer (code). Try the nudges first "
+                f"(hint('{key}')).\n{HINTS[key]}")
+    more = (f"Next: hint('{key}') for another nudge." if level < len(nudges) else
+            f"That was the last nudge: hint('{key}', level={last}) shows the answer's code.")
+    return f"Exercise {key}, hint {level} of {last}:\n  {nudges[level - 1]}\n  {more}"
+
+
+def answers_shown():
+    """Whether the last level of the hints (the answer's code) is available: a teacher's switch, off under
+    ANSWERS_ENV=0 or in a student build made with --no-hint-answers (which writes NO_ANSWERS_FILE)."""
+    return os.environ.get(ANSWERS_ENV, "1") != "0" and not os.path.exists(NO_ANSWERS_FILE)
+
+
+def register_hints(number, answer, nudges):
+    """Exercise `number`'s hint ladder: the nudges (prose, no code) in order, then the answer's code."""
+    HINTS[number] = answer
+    LADDERS[number] = tuple(nudges)
 
 
 def _number(exercise):
@@ -218,12 +257,13 @@ def call(exercise, case, fn, *args, hint="read the error: it names the line of y
         fail(exercise, case, f"your function raised {type(e).__name__}: {e}{_student_where(e)}", hint)
 
 
-def exercise(number, more):
-    """Decorator for a check(fn, ...): registers hint(number), stops on the stub, on an unusable GPU context,
+def exercise(number, more, nudges=()):
+    """Decorator for a check(fn, ...): registers hint(number) (`nudges`, then `more`: the answer's code), stops on
+    the stub, on an unusable GPU context,
     turns an exception of the student's code into a CheckFailure and keeps the check's code (which computes
     the answer) out of the traceback. The check returns a one-line summary of what it tried."""
     def wrap(check):
-        HINTS[number] = more
+        register_hints(number, more, nudges)
 
         @functools.wraps(check)
         def run(fn, *args, **kw):

@@ -6,7 +6,13 @@ from course.checks.core import call, exercise, fail, run_cases
 from course.util import cdiv
 
 
-@exercise("1.1", more="""\
+@exercise("1.1", nudges=(
+    "The header is a 4-byte magic number, then one 4-byte size per dimension. Which byte of the magic says "
+    "how many dimensions there are, and which one the element type?",
+    "The sizes are big-endian UNSIGNED 32-bit integers: read as signed, a size of 2**31 or more comes back "
+    "negative. The dtype is a NumPy dtype object, not a string. Before each read: is the buffer long enough? "
+    "A size of 0 (a file of no items) is valid.",
+), more="""\
   magic = buf[0:4]: bytes 0 and 1 must both be 0, byte 2 is the type code, byte 3 = ndim (at least 1)
   check len(buf) >= 4 before reading the magic, and len(buf) >= 4 + 4 * ndim before reading the sizes
   shape = tuple(int.from_bytes(buf[4 + 4*k : 8 + 4*k], "big") for k in range(ndim))   # Python ints
@@ -66,7 +72,12 @@ def check_parse_idx_header(parse_idx_header, seed=0):
     return f"20 random headers (5 without payload), {len(bad)} malformed ones rejected"
 
 
-@exercise("1.2", more="""\
+@exercise("1.2", nudges=(
+    "One thread per element: which element does this thread own, counted over every block of the grid, not "
+    "only inside its own block?",
+    "The grid has more threads than elements: what keeps the last block's spare threads from writing? And in "
+    "which type is the division: in numba 255 is an int and 255.0 a float64, while out is float32.",
+), more="""\
   i = cuda.grid(1)            # this thread's element
   if i < out.size:            # the last block has threads past the end
       out[i] = x[i] / np.float32(255.0)   # float32, not 255 (an int) or 255.0 (a float64)""")
@@ -84,7 +95,12 @@ def check_scale_kernel(scale_kernel, seed=0):
                           "the threads past the end that does not skip the last element; the division in float32")
 
 
-@exercise("1.3", more="""\
+@exercise("1.3", nudges=(
+    "Row r of the output is the row of X that the batch picked for it: which number picks it, r or the index "
+    "stored at position r?",
+    "Two grid axes: which one walks the columns (x: neighbouring threads then read neighbouring memory)? "
+    "Guard both of the output's dimensions.",
+), more="""\
   c, r = cuda.grid(2)          # x walks the columns: neighbouring threads read neighbouring memory
   if r < out.shape[0] and c < out.shape[1]:
       out[r, c] = X[idx[r], c]""")

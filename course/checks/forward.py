@@ -23,7 +23,12 @@ def _cases(rng, shapes_blocks, extra_blocks=(0, 0)):
     return cases
 
 
-@exercise("2.1", more="""\
+@exercise("2.1", nudges=(
+    "One thread per element of C: which row and column does this thread own, and which grid axis walks the "
+    "columns (x)?",
+    "An element of C is the dot product of a row of A and a column of B over the dimension they share: how "
+    "long is it? Where does the sum start, and in which type (a float32 zero, not a bare 0.0)?",
+), more="""\
   col, row = cuda.grid(2)                     # x walks the columns of C
   if row < C.shape[0] and col < C.shape[1]:
       acc = np.float32(0.0)
@@ -43,7 +48,12 @@ def check_matmul_kernel(kernel, seed=0):
                           "A's columns, which are B's rows")
 
 
-@exercise("2.2", more="""\
+@exercise("2.2", nudges=(
+    "Each thread loads ONE element of A's tile and one of B's per step: which row and column of A does its "
+    "(ty, tx) pick at the tile's offset k0, and which of B?",
+    "Where a tile hangs over the matrix's edge, which value adds nothing to the dot product? And why must "
+    "every thread of the block reach each cuda.syncthreads(), even a thread outside C?",
+), more="""\
   each thread loads ONE element of each tile, or a zero where that index is outside A or B:
       sA[ty, tx] = A[row, k0 + tx]   if row < M and k0 + tx < K   else np.float32(0.0)
       sB[ty, tx] = B[k0 + ty, col]   if k0 + ty < K and col < N   else np.float32(0.0)
@@ -59,7 +69,12 @@ def check_tiled_matmul(kernel, seed=0):
                           "the tile hangs over the edge; every thread must reach every barrier")
 
 
-@exercise("2.3", more="""\
+@exercise("2.3", nudges=(
+    "Which bias goes with the output in row `row`, column `col`: there is one bias per output feature, and "
+    "the features are the columns.",
+    "Which comes first, the bias or the ReLU? Does the ReLU apply when relu is 0? And is every read, the "
+    "bias's too, inside the guard?",
+), more="""\
   if row < Y.shape[0] and col < Y.shape[1]:       # everything, the bias read included, inside the guard
       acc = dot of X's row and W's column (as in 2.1)
       acc += b[col]                               # one bias per output feature (column)

@@ -23,7 +23,11 @@ def _batch_factor(got, expected):
             "right; look at the division by the batch size (the loss is a mean over the rows)")
 
 
-@exercise("4.1", more="""\
+@exercise("4.1", nudges=(
+    "dZ is (probs - onehot(y)) / B: for the element in row r and column j, when is the one-hot 1?",
+    "The loss is a mean over the B rows: which division does that put into every element of its gradient, and "
+    "in which type (a float32)?",
+), more="""\
   j, r = cuda.grid(2)                       # x over the C classes, y over the B rows
   if r < dZ.shape[0] and j < dZ.shape[1]:
       g = probs[r, j]
@@ -45,7 +49,11 @@ def check_dlogits_kernel(kernel, seed=0):
                           "dimensions, where the 1 of the one-hot label is subtracted, and the batch mean")
 
 
-@exercise("4.2", more="""\
+@exercise("4.2", nudges=(
+    "C is A^T B: its element (i, j) is a sum over the rows that A and B share. After the transpose, which "
+    "index of A is i?",
+    "Guard both of C's dimensions; which grid axis walks C's columns?",
+), more="""\
   j, i = cuda.grid(2)                        # C is (M, N): x over its columns j, y over its rows i
   if i < C.shape[0] and j < C.shape[1]:
       acc = sum over r in range(A.shape[0]) of A[r, i] * B[r, j]   (A read down a column: the transpose)
@@ -65,7 +73,12 @@ def check_matmul_tn_kernel(kernel, seed=0):
                           "its transpose, and the guard on both of C's dimensions")
 
 
-@exercise("4.3", more="""\
+@exercise("4.3", nudges=(
+    "dH = (dZ W^T) masked by the ReLU: its element (r, i) sums over the output features j. How is W indexed "
+    "for its transpose?",
+    "Where H is exactly 0 the ReLU passed nothing forward, so it passes no gradient back: which value goes "
+    "there, and is that element still written?",
+), more="""\
   i, r = cuda.grid(2)                        # dH is (B, n_in): x over i, y over the rows r
   if r < dH.shape[0] and i < dH.shape[1]:
       acc = sum over j in range(dZ.shape[1]) of dZ[r, j] * W[i, j]      # (dZ @ W^T)[r, i]

@@ -42,7 +42,14 @@ def _logits(rng, B, C, large):
     return z.astype(np.float32)
 
 
-@exercise("3.1", more="""\
+@exercise("3.1", nudges=(
+    "One thread per row, in three passes over it: the row's maximum (over every column), the sum of the "
+    "exponentials of the logits minus that maximum, then each probability. Why does subtracting the maximum "
+    "keep exp from overflowing?",
+    "For the loss of the label: why not the log of its probability (for a confidently wrong row it underflows "
+    "to 0, and its log is -inf)? Write it from the log of the sum and the label's logit. Every constant "
+    "float32.",
+), more="""\
   r = cuda.grid(1)
   if r < logits.shape[0]:
       m = logits[r, 0]; then m = max(m, logits[r, c]) for c in range(1, C)   # every column, the last included
@@ -119,8 +126,9 @@ def simulator_instruments(active=None):
     Yields an object whose `atomic_adds` list gets one entry per `cuda.atomic.add`, `barriers` maps
     (blockIdx, threadIdx) to the source lines of the `cuda.syncthreads()` calls that thread reached, in order, and
     `shared_sizes` lists (cells, source line) per shared array. Inactive (`active` False: on a GPU, unless the
-    kernel runs in the simulator there, core.simulator_eyes) it does nothing (the lists stay empty). The simulator allocates shared memory with numpy.empty, which
-    often returns memory that happens to hold plausible values; NaN makes a read-before-write show.
+    kernel runs in the simulator there, core.simulator_eyes) it does nothing (the lists stay empty). The
+    simulator allocates shared memory with numpy.empty, which often returns memory that happens to hold
+    plausible values; NaN makes a read-before-write show.
 
     It also makes the simulator's shared-array allocation thread-safe: the simulator looks the array up and
     creates it without a lock, and inside a Jupyter kernel two threads of a block sometimes both create it (each
@@ -156,7 +164,13 @@ def _short(lines):
     return ", ".join(f"line {n}" for n in lines[:6]) + (", ..." if len(lines) > 6 else "") if lines else "none"
 
 
-@exercise("3.2", more="""\
+@exercise("3.2", nudges=(
+    "Each block sums its part of x in shared memory: every thread first stores one element (and past the end "
+    "of x, a value that changes no sum), then a tree halves the number of cells still to combine.",
+    "Between a write of shared memory and the reads of it: a barrier that EVERY thread of the block reaches "
+    "(so not inside an if that depends on the thread). With a block that is not a power of two, how is an odd "
+    "count halved? Blocks cannot wait for each other: how does each add its sum into total?",
+), more="""\
   s = cuda.shared.array(MAX_BLOCK, np.float32)     # at least one cell per thread of the block
   tid, i = cuda.threadIdx.x, cuda.grid(1)
   s[tid] = x[i] if i < x.size else np.float32(0.0)
@@ -320,7 +334,8 @@ def no_host_copies(*, to_host=True, to_device=True, allocations=False):
 
 @contextlib.contextmanager
 def recorded_launches():
-    """While the block runs, every kernel launch appends (kernel name, grid, block) to the yielded list."""
+    """While the block runs, every kernel launch appends (kernel name, grid, block, stream) to the yielded list
+    (stream 0 when the launch names none)."""
     from numba import cuda
 
     @cuda.jit
@@ -335,7 +350,8 @@ def recorded_launches():
     def getitem(self, config):
         py = getattr(self, "py_func", None)
         cfg = config if isinstance(config, tuple) else (config,)
-        launches.append((getattr(py, "__name__", "?"), cfg[0], cfg[1] if len(cfg) > 1 else None))
+        launches.append((getattr(py, "__name__", "?"), cfg[0], cfg[1] if len(cfg) > 1 else None,
+                         cfg[2] if len(cfg) > 2 else 0))
         return real(self, config)
 
     cls.__getitem__ = getitem
@@ -353,12 +369,17 @@ def _threads(dims):
     return int(np.prod([int(d) for d in dims]))
 
 
-@exercise("3.3", more="""\
+@exercise("3.3", nudges=(
+    "Three launches, all on the device: reset out, add the sum of x into it, divide it by n. Which grid and "
+    "block does the spec give for the sum (grid first, then block)?",
+    "Each call starts from 0, set on the device (no copy from the host), and returns out. Is every launch on "
+    "the stream you were given? A mean divides by n, not by n - 1.",
+), more="""\
   n = x.shape[0]
   if out is None: out = cuda.device_array(1, np.float32)
-  zero_kernel[1, 1](out)                              # reset on the device, on every call
-  sum_kernel[cdiv(n, THREADS), THREADS](x, out)       # grid first, then the block
-  div_kernel[1, 1](out, np.float32(n))
+  zero_kernel[1, 1, stream](out)                          # reset on the device, on every call
+  sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out)   # grid, block, then the stream you were given
+  div_kernel[1, 1, stream](out, np.float32(n))
   return out""")
 def check_batch_mean(batch_mean, seed=0):
     """Exercise 3.3: batch_mean(x, out=None) leaves mean(x) in out (1,) on the device, on every call, with
@@ -375,16 +396,25 @@ def check_batch_mean(batch_mean, seed=0):
     x37 = rng.uniform(0.5, 1.5, 37).astype(np.float32)
     xbig = rng.uniform(0.5, 1.5, n_big).astype(np.float32)
     junk = cuda.to_device(np.array([rng.uniform(500, 1000)], np.float32))  # an `out` that holds an old value
-    calls = [("n=37, out=None", x37, None), ("n=37 again, into the out the first call returned", x37, "prev"),
-             (f"n={n_big}, into an out that holds {junk.copy_to_host()[0]:.2f}", xbig, junk)]
+    junk_value = float(junk.copy_to_host()[0])
+    stream = cuda.stream()  # notebook 08 records batch_mean's launches into a CUDA graph through this argument
+    calls = [("n=37, out=None", x37, None, None), ("n=37 again, into the out the first call returned", x37, "prev",
+                                                   None),
+             (f"n={n_big}, into an out that holds {junk_value:.2f}", xbig, junk, None),
+             ("n=37, out=None, on a stream of its own (stream=...)", x37, None, stream)]
     prev, blocks_seen = None, set()
-    for what, x, out in calls:
+    for what, x, out, on in calls:
         case = f"with {what}"
         x_d = cuda.to_device(x)
-        out = prev if out == "prev" else out
+        out = prev if isinstance(out, str) else out  # "prev": the out the first call returned
+        before = junk_value if out is junk else float(prev.copy_to_host()[0]) if out is not None else 0.0
         try:
             with no_host_copies(), recorded_launches() as launches:
-                got_arr = batch_mean(x_d) if out is None else batch_mean(x_d, out)
+                if on is not None:
+                    got_arr = batch_mean(x_d, stream=on)
+                    on.synchronize()
+                else:
+                    got_arr = batch_mean(x_d) if out is None else batch_mean(x_d, out)
                 cuda.synchronize()
         except _HostCopy as e:
             fail(ex, case, f"batch_mean {e}", "keep everything on the device: reset out with a kernel, and "
@@ -403,7 +433,14 @@ def check_batch_mean(batch_mean, seed=0):
                 or tuple(got_arr.shape) != (1,) or got_arr.dtype != np.float32:
             fail(ex, case, f"expected a (1,) float32 device array, got {type(got_arr).__name__} "
                  f"{getattr(got_arr, 'shape', '')}", hint)
-        sums = [(_threads(g), _threads(b)) for name, g, b in launches if name == "sum_kernel"]
+        if on is not None:
+            off = [name for name, g, b, st in launches if st is not on]
+            if off:
+                fail(ex, case, f"{off[0]} was launched on the default stream, not on the stream batch_mean was "
+                     f"given ({len(off)} of {len(launches)} launches): launch as kernel[grid, block, stream]",
+                     "every launch takes the `stream` argument: a later notebook records them into a CUDA graph "
+                     "through it")
+        sums = [(_threads(g), _threads(b)) for name, g, b, _ in launches if name == "sum_kernel"]
         n = len(x)
         for g, b in sums:
             if b > 1024:
@@ -421,12 +458,18 @@ def check_batch_mean(batch_mean, seed=0):
         want = float(x.astype(np.float64).mean())
         if not abs(got - want) <= 1e-5 * want:  # float32 sum of positive numbers: relative error well below 1e-5
             msg = f"the mean of x is {want:.6f}, out holds {got:.6f}"
-            if abs(got - want * len(x)) <= 1e-4 * want * len(x):
+            n = len(x)
+            if abs(got - want * n) <= 1e-4 * want * n:
                 msg += ": that is the sum; divide by n"
-            elif prev is not None and abs(got - 2 * want) <= 1e-4 * want:
-                msg += ": twice the mean, on the second call into the same out: reset out to 0 first"
+            elif n > 1 and abs(got - want * n / (n - 1)) <= 1e-5 * want:
+                msg += f": {n}/{n - 1} of the mean: the sum was divided by n - 1, not by n"
+            elif before and abs(got - (want + before / n)) <= 1e-4 * (want + abs(before) / n):
+                msg += (f": out's old value ({before:.4g}) was added into the sum: reset out to 0 (on the device) "
+                        "before the sum, on every call")
+            elif before and abs(got - (want + before)) <= 1e-4 * (want + abs(before)):
+                msg += f": the mean plus out's old value ({before:.4g}): reset out to 0 first, on every call"
             elif got > want:
-                msg += ": too large; was out reset to 0 before the sum?"
+                msg += f": {got / want:.4g} times the mean; look at the division (by n) and at where out starts"
             else:
                 msg += ": too small; do the blocks cover all n elements (cdiv, not //)?"
             fail(ex, case, msg, hint)

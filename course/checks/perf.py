@@ -9,7 +9,12 @@ from course.util import cdiv
 ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumulated in another order than BLAS
 
 
-@exercise("8.1", more="""\
+@exercise("8.1", nudges=(
+    "Each thread keeps a TM by TN block of outputs in registers: for each kk of the tile it loads TM values "
+    "of A's tile and TN of B's, then multiplies every pair.",
+    "Which rows of the tile does this thread own? The same strided ones that the epilogue writes (ty, then TY "
+    "further, and so on), and likewise the columns. Every kk of the tile: BK of them.",
+), more="""\
   for kk in range(BK):                               # every kk of the tile
       for i in range(TM): a[i] = sA[kk, ty + TY * i]     # the same strided rows ...
       for j in range(TN): b[j] = sB[kk, tx + TX * j]     # ... and columns as the epilogue that writes C
@@ -36,9 +41,17 @@ def check_matmul_v3(kernel, seed=0):
                           "at the outer product: every (i, j) pair of the thread's TM x TN block")
 
 
-@exercise("8.2", more="""\
-  for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):   # start at the GLOBAL index,
-      p[i] -= lr * g[i]                                     # stride by the threads of the whole GRID""")
+@exercise("8.2", nudges=(
+    "A grid too small for p: each thread handles several elements. Where does a thread start, and how far "
+    "does it jump each time?",
+    "Start at the GLOBAL index and jump by the number of threads of the whole GRID, not of the block. "
+    "(A while loop: a range whose step is known only at run time divides, in 64 bits, to count its trips.)",
+), more="""\
+  i = cuda.grid(1)                  # start at the GLOBAL index
+  stride = cuda.gridsize(1)         # jump by the threads of the whole GRID
+  while i < p.size:                 # a while loop: a range with this run-time step divides (64-bit) to count
+      p[i] -= lr * g[i]             # its trips (notebook 08)
+      i += stride""")
 def check_sgd_gridstride(kernel, seed=0):
     """Exercise 8.2: p -= lr * g in place, for grids too small (each thread must loop) and too large."""
     rng = np.random.default_rng(seed)

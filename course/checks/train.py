@@ -47,7 +47,12 @@ def _twin(opt, p):
     return twin
 
 
-@exercise("6.1", more="""\
+@exercise("6.1", nudges=(
+    "A training step is forward, loss, backward, update: which function does each, and into which of the "
+    "buffers you were given does each write?",
+    "Which optimizer takes the step: the one passed in. What comes back: the loss, left on the device: no "
+    "copy to the host and no allocation inside the step.",
+), more="""\
   H, logits = mlp_forward(Xb, params["W1"], params["b1"], params["W2"], params["b2"], H=buf["H"], logits=buf["logits"])
   loss, probs = cross_entropy(logits, yb, probs=buf["probs"], losses=buf["losses"], loss=buf["loss"])
   mlp_backward(Xb, yb, H, probs, params["W2"], grads, work=buf)
@@ -110,7 +115,13 @@ def check_train_step(train_step, seed=0):
     return "3 random problems x 2 steps (SGD, momentum, Adam): loss and every parameter match the NumPy twin"
 
 
-@exercise("6.2", more="""\
+@exercise("6.2", nudges=(
+    "Evaluate on all N rows: the mean loss and the fraction of rows predicted right. Which of the course's "
+    "functions give each, on the device?",
+    "Two scalars come back to the host and nothing larger: how many bytes does your function copy? If it "
+    "works in chunks, is the loss the mean over all rows (a partial last chunk has fewer rows than the "
+    "others)?",
+), more="""\
   _, logits = mlp_forward(X_d, params["W1"], params["b1"], params["W2"], params["b2"])   # all N rows at once
   loss, _ = cross_entropy(logits, y_d)        # the mean over all N
   correct = count_correct(logits, y_d)        # ties go to the first class, like np.argmax

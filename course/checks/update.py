@@ -28,7 +28,11 @@ def _f32(x):
     return np.float32(x)
 
 
-@exercise("5.1", more="""\
+@exercise("5.1", nudges=(
+    "Downhill: the parameter moves against the gradient, by lr times it. In place: where does the new value "
+    "go?",
+    "Only p changes; g is only read. One thread per parameter, and a guard for the threads past the end.",
+), more="""\
   i = cuda.grid(1)
   if i < p.size:
       p[i] = p[i] - lr * g[i]        # downhill (minus), written back into p; g is only read""")
@@ -51,7 +55,12 @@ def check_sgd_kernel(sgd_kernel, seed=0):
                                   "stored back into p (in place), and at the guard for threads past the end")
 
 
-@exercise("5.2", more="""\
+@exercise("5.2", nudges=(
+    "Momentum keeps a velocity per parameter from step to step: where must the new velocity go so that the "
+    "next step sees it?",
+    "PyTorch's convention: the new velocity is mu times the old one plus the gradient, and the step goes "
+    "along the NEW velocity, times lr.",
+), more="""\
   i = cuda.grid(1)
   if i < p.size:
       vi = mu * v[i] + g[i]      # the new velocity ...
@@ -79,11 +88,16 @@ def check_momentum_kernel(momentum_kernel, seed=0):
                                   "(g is added to mu * v unscaled; lr multiplies the velocity)")
 
 
-@exercise("5.3", more="""\
+@exercise("5.3", nudges=(
+    "Adam keeps two running averages per parameter, of g and of g squared, stored back for the next step; the "
+    "step uses them divided by their bias corrections bc1 and bc2.",
+    "Where does eps go: inside the square root or after it? Is every constant float32 (in numba 1 - beta1 "
+    "with a Python 1 is a float64; the spec writes np.float32(1.0) - beta1)?",
+), more="""\
   i = cuda.grid(1)
   if i < p.size:
-      m[i] = beta1 * m[i] + (1 - beta1) * g[i]          # both running averages stored back
-      v[i] = beta2 * v[i] + (1 - beta2) * g[i] * g[i]
+      m[i] = beta1 * m[i] + (np.float32(1.0) - beta1) * g[i]          # both running averages stored back
+      v[i] = beta2 * v[i] + (np.float32(1.0) - beta2) * g[i] * g[i]   # (a Python 1 - beta1 is a float64)
       p[i] -= lr * (m[i] / bc1) / (math.sqrt(v[i] / bc2) + eps)   # eps OUTSIDE the sqrt; float32 constants""")
 def check_adam_kernel(adam_kernel, seed=0):
     """Exercise 5.3: Adam with bias correction (PyTorch's convention), m and v stored back, several steps."""

@@ -7,6 +7,7 @@ in a float32 kernel passes everywhere. In simulator mode `course.checks.core` st
 (`python -m course.tools.gate`, in GPU mode: numba-cuda compiles without a driver) and sends it each kernel it
 checks, as a JSON line; on a GPU it compiles in its own process (`analyse`). The worker answers with numba's
 reason for refusing the kernel, or the lines that compute in float64."""
+import atexit
 import base64
 import dis
 import inspect
@@ -202,6 +203,16 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-m", "course.tools.gate"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         self.lock = threading.Lock()
+        atexit.register(self.close)
+
+    def close(self):
+        """End the worker (at exit): it stops at the end of its input."""
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
     def ask(self, spec, argtypes):
         """The worker's answer (analyse's dict or {"skip": why}); {"skip": ...} if it died or took too long."""

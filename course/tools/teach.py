@@ -5,6 +5,7 @@ package holds no reference solution.
     python -m course student-build DIR                   # the course without its solutions, for a graded class
 """
 import argparse
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -71,9 +72,11 @@ def student_modules():
     return out
 
 
-def student_build(dest):
+def student_build(dest, hint_answers=True):
     """Write the course without its solutions into DEST (a new or empty directory): the package with stubbed
-    exercises, the student notebooks, MNIST, requirements.txt and pyproject.toml. Returns DEST."""
+    exercises, the student notebooks, MNIST, requirements.txt and pyproject.toml. Returns DEST.
+    hint_answers=False: the hints' last level (the answer's code, hint("N.M", level=...)) is taken out of the
+    build's checks, and hint() says the teacher turned it off (without_hint_answers)."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise ValueError(f"{dest} is not empty")
@@ -96,7 +99,31 @@ def student_build(dest):
     for name in ("requirements.txt", "pyproject.toml"):
         shutil.copyfile(root / name, dest / name)
     (dest / "README.md").write_text(STUDENT_README, encoding="utf-8")
+    if not hint_answers:
+        without_hint_answers(dest / "course" / "checks")
     return dest
+
+
+ANSWER_RE = re.compile(r'more="""\\\n.*?"""', re.S)  # an @exercise's answer: the last level of its hints
+NO_ANSWER = 'more="(not in this build)"'
+
+
+def without_hint_answers(checks_dir):
+    """Take the answers' code out of a build's checks (course/checks/*.py) and leave the marker file that makes
+    hint() say the teacher turned the last level off; returns how many answers were removed."""
+    from course.checks.core import NO_ANSWERS_FILE
+    checks_dir = Path(checks_dir)
+    removed = 0
+    for path in sorted(checks_dir.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        new, n = ANSWER_RE.subn(NO_ANSWER, text)
+        if n:
+            path.write_text(new, encoding="utf-8")
+            removed += n
+    (checks_dir / Path(NO_ANSWERS_FILE).name).write_text(
+        "The answers of the hints' last level were taken out of this build (student-build --no-hint-answers).\n",
+        encoding="utf-8")
+    return removed
 
 
 def with_use_mine(nb):
@@ -173,6 +200,8 @@ def main(argv):
     s.add_argument("--assignment", help="one assignment of all these notebooks (default: one per notebook)")
     b = sub.add_parser("student-build", help="the course without its solutions, for a graded class")
     b.add_argument("dir", help="a new or empty directory")
+    b.add_argument("--no-hint-answers", action="store_true",
+                   help="leave out the hints' last level, the answer's code (hint('N.M', level=...))")
     args = p.parse_args(argv)
     try:
         if args.cmd == "nbgrader-setup":
@@ -182,7 +211,7 @@ def main(argv):
             print(f"wrote {Path(args.dir) / 'nbgrader_config.py'}; next: cd {args.dir} && nbgrader generate_assignment "
                   f"{paths[0].parent.name}")
         else:
-            print(f"wrote the student build in {student_build(args.dir)}")
+            print(f"wrote the student build in {student_build(args.dir, hint_answers=not args.no_hint_answers)}")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
