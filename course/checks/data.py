@@ -27,30 +27,9 @@ def check_parse_idx_header(parse_idx_header, seed=0):
         code = int(rng.choice(list(codes)))
         ndim = int(rng.integers(1, 5))
         shape = tuple(int(s) for s in rng.integers(1, 70000 if ndim == 1 else 300, size=ndim))
-        header = bytes([0, 0, code, ndim]) + b"".join(s.to_bytes(4, "big") for s in shape)
-        payload = trial % 4 != 3  # every fourth header alone: a file of zero items is a header and no payload
-        case = f"a header {header.hex(' ')}" + (" + payload" if payload else " (the header alone, no payload)")
-        buf = header + bytes(rng.integers(0, 256, 8, dtype=np.uint8)) if payload else header
-        got = call(ex, f"with {case}", parse_idx_header, buf,
-                   hint="this header is valid: raise only for what the spec calls malformed")
-        want = (np.dtype(codes[code]), shape, 4 + 4 * ndim)
-        if not (isinstance(got, tuple) and len(got) == 3):
-            fail(ex, case, f"expected a tuple (dtype, shape, offset), got {got!r}",
-                  "return all three: the numpy dtype, the shape as a tuple of ints, and the payload offset")
-        if np.dtype(got[0]) != want[0]:
-            fail(ex, case, f"dtype: expected {want[0]!r}, got {got[0]!r}",
-                  "byte 2 is the type code; IDX stores multi-byte numbers big-endian ('>')")
-        if not isinstance(got[1], tuple) or tuple(int(s) for s in got[1]) != want[1]:
-            fail(ex, case, f"shape: expected {want[1]}, got {got[1]!r}",
-                  "byte 3 is the number of dimensions; each size is a 4-byte BIG-endian unsigned int; "
-                  "return the shape as a tuple")
-        if not all(type(s) is int for s in got[1]) or type(got[2]) is not int:
-            kinds = ", ".join(type(s).__name__ for s in (*got[1], got[2]))
-            fail(ex, case, f"the sizes and offset must be Python ints, got {kinds}",
-                  "numpy integers overflow silently in products like rows * cols; convert with int(...)")
-        if got[2] != want[2]:
-            fail(ex, case, f"offset: expected {want[2]}, got {got[2]}",
-                  "the payload starts after the 4 magic bytes and 4 bytes per dimension")
+        _check_header(ex, parse_idx_header, codes, code, shape, trial % 4 != 3, rng)  # every 4th: no payload
+    for code, shape in EDGE_HEADERS:  # what the spec names: a size of 0, a size of 2**31 (unsigned)
+        _check_header(ex, parse_idx_header, codes, code, shape, False, rng)
     bad = {"a wrong magic (first byte not zero)": b"\x01\x00\x08\x01" + b"\x00\x00\x00\x05",
            "a wrong magic (second byte not zero)": b"\x00\x01\x08\x01" + b"\x00\x00\x00\x05",
            "an unknown type code 0x07": b"\x00\x00\x07\x01" + b"\x00\x00\x00\x05",
@@ -69,7 +48,47 @@ def check_parse_idx_header(parse_idx_header, seed=0):
             fail(ex, f"with {what}", f"raised {type(e).__name__}: {e}",
                   "check lengths and magic yourself and raise ValueError with a clear message")
         fail(ex, f"with {what}", "no ValueError was raised", "validate before trusting the header")
-    return f"20 random headers (5 without payload), {len(bad)} malformed ones rejected"
+    return (f"20 random headers (5 without payload), {len(EDGE_HEADERS)} with a size of 0 or of 2**31, "
+            f"{len(bad)} malformed ones rejected")
+
+
+# (type code, shape): a file of zero items, and sizes that come back negative if unpacked as signed 32-bit ints
+EDGE_HEADERS = [(0x08, (0,)), (0x08, (0, 28, 28)), (0x0C, (2**31,)), (0x0D, (3, 2**31))]
+
+
+def _check_header(ex, parse_idx_header, codes, code, shape, payload, rng):
+    """Parse one valid header (with a few payload bytes after it, or alone) and fail on any wrong part."""
+    __tracebackhide__ = True
+    ndim = len(shape)
+    header = bytes([0, 0, code, ndim]) + b"".join(s.to_bytes(4, "big") for s in shape)
+    case = f"a header {header.hex(' ')}" + (" + payload" if payload else " (the header alone, no payload)")
+    buf = header + bytes(rng.integers(0, 256, 8, dtype=np.uint8)) if payload else header
+    got = call(ex, f"with {case}", parse_idx_header, buf,
+               hint="this header is valid (a size of 0 too: a file of no items): raise only for what the spec "
+                    "calls malformed")
+    want = (np.dtype(codes[code]), shape, 4 + 4 * ndim)
+    if not (isinstance(got, tuple) and len(got) == 3):
+        fail(ex, case, f"expected a tuple (dtype, shape, offset), got {got!r}",
+             "return all three: the numpy dtype, the shape as a tuple of ints, and the payload offset")
+    if not isinstance(got[0], np.dtype):
+        fail(ex, case, f"dtype: expected the NumPy dtype {want[0]!r}, got the {type(got[0]).__name__} {got[0]!r}",
+             "return a dtype object (np.dtype(...)): np.frombuffer and .astype take it, and == compares it")
+    if got[0] != want[0]:
+        fail(ex, case, f"dtype: expected {want[0]!r}, got {got[0]!r}",
+             "byte 2 is the type code; IDX stores multi-byte numbers big-endian ('>')")
+    if not isinstance(got[1], tuple) or tuple(int(s) for s in got[1]) != want[1]:
+        negative = isinstance(got[1], tuple) and any(int(s) < 0 for s in got[1])
+        fail(ex, case, f"shape: expected {want[1]}, got {got[1]!r}" + (
+             ": a negative size is a size of 2**31 or more read as a SIGNED int" if negative else ""),
+             "byte 3 is the number of dimensions; each size is a 4-byte BIG-endian UNSIGNED int; "
+             "return the shape as a tuple")
+    if not all(type(s) is int for s in got[1]) or type(got[2]) is not int:
+        kinds = ", ".join(type(s).__name__ for s in (*got[1], got[2]))
+        fail(ex, case, f"the sizes and offset must be Python ints, got {kinds}",
+             "numpy integers overflow silently in products like rows * cols; convert with int(...)")
+    if got[2] != want[2]:
+        fail(ex, case, f"offset: expected {want[2]}, got {got[2]}",
+             "the payload starts after the 4 magic bytes and 4 bytes per dimension")
 
 
 @exercise("1.2", nudges=(

@@ -333,6 +333,25 @@ def no_host_copies(*, to_host=True, to_device=True, allocations=False):
 
 
 @contextlib.contextmanager
+def recorded_copies():
+    """While the block runs, every copy_to_host of a device array appends that array's element count to the
+    yielded list (the copy still happens): a check can see what a function brought back to the host."""
+    cls, _ = _device_array_classes()
+    real = vars(cls)["copy_to_host"]
+    sizes = []
+
+    def copy_to_host(self, *args, **kwargs):
+        sizes.append(int(self.size))
+        return real(self, *args, **kwargs)
+
+    cls.copy_to_host = copy_to_host
+    try:
+        yield sizes
+    finally:
+        cls.copy_to_host = real
+
+
+@contextlib.contextmanager
 def recorded_launches():
     """While the block runs, every kernel launch appends (kernel name, grid, block, stream) to the yielded list
     (stream 0 when the launch names none)."""

@@ -128,17 +128,24 @@ def check_train_step(train_step, seed=0):
   return float(loss.copy_to_host()[0]), int(correct.copy_to_host()[0]) / X_d.shape[0]""")
 def check_evaluate(evaluate, seed=0):
     """Exercise 6.2: (loss, accuracy) of random parameters on random data, against the NumPy twin; N from 37 to
-    thousands of rows (a mean of per-chunk means is wrong), and logits with exact ties."""
+    thousands of rows, a prime (a mean of per-chunk means is wrong, and a last chunk is part full), logits with
+    exact ties, a confidently wrong network (a loss from float32 probabilities is inf there), and nothing
+    copied to the host but the two scalars."""
+    from course.checks.loss import recorded_copies
     from course.update import FlatParams
     ex = "Exercise 6.2"
     hint = ("look at what the mean runs over (all N rows, not a mean of means), at how a correct row is counted "
             "(the first largest logit, as np.argmax: a tie is not a hit for a later class), and at the types "
             "returned (two Python floats)")
     rng = np.random.default_rng(seed)
-    for N, n_in, hidden, ties in ((37, 20, 9, True), (course.pick(10_007, 150), course.pick(784, 20), 16, False)):
+    for N, n_in, hidden, ties, scale in ((37, 20, 9, True, 8), (course.pick(10_007, 263), course.pick(784, 20), 16,
+                                                               False, 8), (29, 20, 9, False, CONFIDENT)):
         X, y, p = _problem(rng, N, n_in, hidden)
         p["W2"] *= 8  # confident predictions, so that accuracy is far from chance and its errors show
         what = ""
+        if scale == CONFIDENT:
+            what = ", confidently wrong on some rows"
+            _confidently_wrong(X, y, p)
         if ties:  # classes 3 and 7 get the same weights and bias: their logits are equal in every row
             p["W2"][:, 7], p["b2"][7] = p["W2"][:, 3], p["b2"][3]
             p["W2"][:, 3] += 2 * np.abs(p["W2"]).max(axis=1)  # ... and larger than the others
@@ -150,7 +157,15 @@ def check_evaluate(evaluate, seed=0):
         params = FlatParams({k: v.shape for k, v in p.items()})
         params.copy_from_host(p)
         case = f"with N={N}, {n_in}-{hidden}-10{what}"
-        got = call(ex, case, evaluate, cuda.to_device(X), cuda.to_device(y), params, hint=hint)
+        X_d, y_d = cuda.to_device(X), cuda.to_device(y)
+        with recorded_copies() as copies:
+            got = call(ex, case, evaluate, X_d, y_d, params, hint=hint)
+        big = [n for n in copies if n > 1]
+        if big:
+            fail(ex, case, f"evaluate copied an array of {big[0]} elements to the host ({len(copies)} copies in "
+                 "all): only the two scalars come back, the loss and the count of correct rows",
+                 "compute the loss and the count on the device (cross_entropy, count_correct) and copy those two "
+                 "one-element arrays")
         if not (isinstance(got, tuple) and len(got) == 2):
             fail(ex, case, f"expected a tuple (loss, accuracy), got {got!r}", "return two Python floats")
         loss, acc = got
@@ -168,6 +183,24 @@ def check_evaluate(evaluate, seed=0):
             fail(ex, case, f"accuracy: expected {want_acc:.4f}, got {acc:.4f}{why}",
                  "accuracy is count_correct / N, a fraction in [0, 1]; " + hint)
         if not np.isclose(loss, want_loss, rtol=1e-5, atol=1e-6):
-            fail(ex, case, f"loss: expected {want_loss:.6f}, got {loss:.6f}", "the mean cross-entropy over all N; "
-                 + hint)
-    return "2 random problems (N up to thousands, tied logits): loss and accuracy match the NumPy twin"
+            why = (": an infinite loss is the log of a probability that underflowed to 0 in float32; "
+                   "cross_entropy's loss comes from the logits (log-sum-exp) and stays finite" if np.isinf(loss)
+                   else "")
+            fail(ex, case, f"loss: expected {want_loss:.6f}, got {loss:.6f}{why}", "the mean cross-entropy over "
+                 "all N; " + hint)
+    return ("3 random problems (N up to thousands, tied logits, a confidently wrong network): loss and accuracy "
+            "match the NumPy twin, and only two scalars came back")
+
+
+CONFIDENT = "confident"  # the third problem: a network that is sure and wrong on some rows
+CONFIDENT_GAP = 130.0    # the logit gap those rows get: exp(-130) is 0 in float32 (the smallest is ~1.4e-45)
+
+
+def _confidently_wrong(X, y, p, rows=5):
+    """Make the network sure and wrong on the first `rows` rows: label each with its least likely class and scale
+    W2 (in place) until those logits trail the row's max by at least CONFIDENT_GAP."""
+    H = np.maximum(X @ p["W1"] + p["b1"], 0)
+    z = H @ p["W2"]                                              # (N, 10), before the bias
+    y[:rows] = z[:rows].argmin(1)
+    gap = (z[:rows].max(1) - z[:rows].min(1)).min()
+    p["W2"] *= np.float32((CONFIDENT_GAP + 1) / gap)
