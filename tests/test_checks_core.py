@@ -364,3 +364,17 @@ def test_a_build_without_hint_answers_holds_no_answer(tmp_path):
         assert core.HINTS[number] not in text, number
     assert (tmp_path / Path(core.NO_ANSWERS_FILE).name).exists()
     compile(text, "checks", "exec")  # still Python
+
+
+def test_a_shape_of_one_dimension_is_written_as_a_tuple():
+    from course.util import require
+    with pytest.raises(ValueError, match=r"loss must have shape \(1,\), got \(2,\)"):
+        require("loss", cuda.device_array(2, np.float32), np.float32, shape=(1,))
+
+
+def test_the_simulator_prints_no_runtime_warning_above_a_failure(recwarn):
+    # a 0 / 0 in a simulated thread: NumPy warns there; a GPU would not, and the check names the NaN
+    wrong = mutant(scale_kernel, "out[i] = x[i] / np.float32(255.0)",
+                   "out[i] = np.float32(x[i] - x[i]) / np.float32(x[i] - x[i])")
+    rejects(c01.check_scale_kernel, wrong, "Exercise 1.2", ["NaN"])
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

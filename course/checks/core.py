@@ -4,6 +4,7 @@ every array (out-of-bounds writes show, and out-of-bounds reads stay inside memo
 compared after every launch (a kernel must not write into them), a synchronize after every launch (a GPU fault
 is reported with the case that caused it), and failures that say what is wrong and where, with the code-level
 hint kept for `hint("N.M")`."""
+import contextlib
 import functools
 import inspect
 import os
@@ -39,6 +40,11 @@ STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS": 700, "CUDA_ERROR_LAUNCH_TIMEOUT": 702, "
           "CUDA_ERROR_INVALID_PC": 718, "CUDA_ERROR_LAUNCH_FAILED": 719}
 RESTART = ("This process's CUDA context is now unusable: every later GPU call fails, correct code included. "
            "Restart the kernel (Kernel > Restart) and re-run the notebook from the top.")
+
+
+class CheckSignal(Exception):
+    """A check's own trap, raised inside the student's code (a forbidden copy): `call` lets it through to the
+    check that set the trap, which says what happened."""
 
 
 class CheckFailure(AssertionError):
@@ -245,7 +251,7 @@ def call(exercise, case, fn, *args, hint="read the error: it names the line of y
     __tracebackhide__ = True
     try:
         return fn(*args, **kw)
-    except CheckFailure:
+    except (CheckFailure, CheckSignal):
         raise
     except NotImplementedError as e:
         if STUB_RE.match(str(e)):
@@ -452,13 +458,24 @@ def _simulator_launch(exercise, case, kernel, grid, block, args, hint):
     from course import device
     sim = device.simulated(kernel)
     try:
-        sim[grid, block](*args)
+        with quiet_simulator():
+            sim[grid, block](*args)
     except Exception as e:
         settle_simulator(sim)
         if isinstance(e, IndexError):
             fail(exercise, case, f"out-of-bounds access: {e} (on a GPU the read got a guard cell's value, "
                  "which this result did not show)", hint)
         fail(exercise, case, f"your kernel raised {type(e).__name__}: {e}", hint)
+
+
+@contextlib.contextmanager
+def quiet_simulator():
+    """While a kernel runs: no RuntimeWarning from NumPy (a simulated thread's 0 / 0 prints one above the check's
+    message; a GPU says nothing, and the check's message names the NaN it gives)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
 
 
 def settle_simulator(kernel, timeout=30.0):
@@ -474,7 +491,8 @@ def launch(exercise, case, kernel, grid, block, args, hint):
     __tracebackhide__ = True
     compile_gate(exercise, case, kernel, args)
     try:
-        kernel[grid, block](*args)
+        with quiet_simulator():
+            kernel[grid, block](*args)
         cuda.synchronize()  # a fault of this launch shows here, with this case, not at a later allocation
     except Exception as e:
         if _sticky(e):
@@ -576,7 +594,8 @@ def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INP
     A case is dict(name, grid, block, names, state, steps): `state` are the host arrays updated in place
     (parameters first, then the optimizer's state, as named by `names`); each step is
     (gradient, scalars, expected state after the step). The kernel is called as
-    kernel(state[0], gradient, *state[1:], *scalars): parameters, gradient, state, hyperparameters."""
+    kernel(state[0], gradient, *state[1:], *scalars): parameters, gradient, state, hyperparameters. `hint` is a
+    sentence, or a dict from an array's name to what to look at when that array is wrong (None: the rest)."""
     __tracebackhide__ = True
     raise_if_unimplemented(kernel)
     unit = lambda c: c.get("unit", c["block"])  # noqa: E731
@@ -595,6 +614,8 @@ def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INP
 def _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on):
     """One case of run_inplace_steps, on `on` (as _run_case)."""
     __tracebackhide__ = True
+    hints = dict(hint) if isinstance(hint, dict) else {None: hint}
+    hint = hints[None]
     block = c["block"] if isinstance(c["block"], tuple) else (c["block"],)
     grid = c["grid"] if isinstance(c["grid"], tuple) else (c["grid"],)
     threads = prod(grid) * prod(block)  # guard cells cover every thread past the end, spare blocks too
@@ -607,8 +628,10 @@ def _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on):
         grad = padded_input(g, guard, on.to_device)
         args = [views[0], grad.view, *views[1:], *scalars]
         on.launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
-        for p, name, e, prev in zip(bufs, c["names"], expected, before):
+        for k in _state_first(len(bufs)):  # the state (m, v) before p: a wrong v is named v, not p
+            p, name, e, prev = bufs[k], c["names"][k], expected[k], before[k]
             where = f"{case} (array {name})"
+            hint = hints.get(name, hints[None])
             got = p.guards(exercise, where, hint)
             stale = (got == prev) & ~np.isclose(e, prev, atol=atol, rtol=rtol)
             if stale.any():
@@ -617,8 +640,13 @@ def _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on):
                      f"{prev[idx]!r}, expected {e[idx]!r}): never written, or the update came out as zero? "
                      f"({stale.sum()} of {stale.size} elements unchanged)", hint)
             compare(exercise, where, got, e, atol, rtol, hint)
-        grad.unchanged(exercise, case, "g (the gradient)", hint)
+        grad.unchanged(exercise, case, "g (the gradient)", hints[None])
         before = list(expected)
+
+
+def _state_first(count):
+    """The order in which an update kernel's arrays are compared: the optimizer's state, then the parameters."""
+    return [*range(1, count), 0]
 
 
 _THREAD_ATTRS = {"threadIdx", "laneid", "grid", "warpid"}  # cuda.<these> differ between the threads of a block

@@ -14,7 +14,7 @@ import numpy as np
 
 import course
 from course.device import in_kernel_thread
-from course.checks.core import (ON_THIS_DEVICE, CheckFailure, _sticky, code_names, divergent_barriers, exercise,
+from course.checks.core import (ON_THIS_DEVICE, CheckFailure, CheckSignal, _sticky, code_names, divergent_barriers, exercise,
                                 fail, launch, padded_input, padded_output, run_cases, simulator_eyes)
 from course.util import cdiv
 
@@ -279,8 +279,8 @@ def _sum_case(ex, sum_kernel, c, hint, on):
 
 # --- Exercise 3.3: a launcher, checked by calling it ----------------------------------------------------
 
-class _HostCopy(Exception):
-    pass
+class _HostCopy(CheckSignal):
+    """A copy between host and device (or an allocation) that the spec rules out: its message says which."""
 
 
 def _device_array_classes():

@@ -98,6 +98,7 @@ def check_train_step(train_step, seed=0):
                 fail(ex, case, f"loss: expected {want_loss:.6f} (before the update), got {got_loss:.6f}",
                      "the loss comes from the forward pass with the current params, before the update")
             g = mlp_grads_ref(X, y, **before)
+            _gradients_match(ex, case, grads.to_host(), g)
             ref_grads = twin.params.zeros_like().copy_from_host(g)
             twin.step(ref_grads)
             want, got = twin.params.to_host(), params.to_host()
@@ -113,6 +114,20 @@ def check_train_step(train_step, seed=0):
                     fail(ex, case, f"{name}{list(i)}: expected {want[name][i]:.6f} after the step, got "
                          f"{got[name][i]:.6f}", hint)
     return "3 random problems x 2 steps (SGD, momentum, Adam): loss and every parameter match the NumPy twin"
+
+
+def _gradients_match(ex, case, got, want):
+    """Fail on the first gradient in grads (what the step's backward pass wrote) that differs from the twin's,
+    naming it: a wrong argument of mlp_backward shows there, before the optimizer mixes it into the parameters."""
+    __tracebackhide__ = True
+    for name in want:
+        close = np.isclose(got[name], want[name], rtol=1e-4, atol=1e-6)
+        if not close.all():
+            i = tuple(int(k) for k in np.argwhere(~close)[0])
+            fail(ex, case, f"the gradient d{name}{list(i)} (in grads, from this step's backward pass, before the "
+                 f"update): expected {want[name][i]:.6f}, got {got[name][i]:.6f}",
+                 "look at what mlp_backward is given: this step's X and y, the H of this step's forward pass, and "
+                 "the probabilities that cross_entropy returns (not the logits)")
 
 
 @exercise("6.2", nudges=(

@@ -82,10 +82,13 @@ def check_momentum_kernel(momentum_kernel, seed=0):
             steps.append((g, (lr, mu), cur))
         cases.append(dict(name=f"n={n}, lr={lr:.3f}, mu={mu:.3f}, v {'= 0' if k == 0 else 'random'} at first",
                           grid=grid, block=block, names=("p", "v"), state=[p, v], steps=steps))
-    return run_inplace_steps("Exercise 5.2", momentum_kernel, cases,
-                             hint="look at the order (the velocity first, then the step with the new velocity), "
-                                  "at whether v is stored back for the next step, and at PyTorch's convention "
-                                  "(g is added to mu * v unscaled; lr multiplies the velocity)")
+    return run_inplace_steps("Exercise 5.2", momentum_kernel, cases, hint={
+        None: "look at the order (the velocity first, then the step with the new velocity), at whether v is "
+              "stored back for the next step, and at PyTorch's convention (g is added to mu * v unscaled; lr "
+              "multiplies the velocity)",
+        "v": "v is the velocity: mu times the old v plus the gradient, unscaled (PyTorch's convention), stored "
+             "back into v for the next step",
+        "p": "v came out right, so look at the step: along the NEW velocity, times lr, downhill"})
 
 
 @exercise("5.3", nudges=(
@@ -124,7 +127,12 @@ def check_adam_kernel(adam_kernel, seed=0):
         cases.append(dict(name=f"n={n}, steps t={t0 + 1}..{t0 + STEPS}, lr={lr:.3f}, beta1={beta1:.3f}, "
                                f"beta2={beta2:.4f}", grid=grid, block=block, names=("p", "m", "v"),
                           state=[p, m, v], steps=steps))
-    return run_inplace_steps("Exercise 5.3", adam_kernel, cases,
-                             hint="look at both running averages (each stored back, v of the SQUARED gradient), "
-                                  "at the bias corrections bc1 and bc2 (divide m and v by them), at where eps "
-                                  "goes (after the square root) and at the order: the step uses the new m and v")
+    return run_inplace_steps("Exercise 5.3", adam_kernel, cases, hint={
+        None: "look at both running averages (each stored back, v of the SQUARED gradient), at the bias "
+              "corrections bc1 and bc2 (divide m and v by them), at where eps goes (after the square root) and at "
+              "the order: the step uses the new m and v",
+        "m": "m is the running average of the gradient: beta1 times the old m, plus one minus beta1 times g, "
+             "stored back into m",
+        "v": "v is the running average of the SQUARED gradient, with beta2 (not beta1), stored back into v",
+        "p": "m and v came out right, so look at the step itself: m / bc1 and v / bc2, the square root of the "
+             "corrected v, eps AFTER the square root, lr, and the sign (downhill)"})
