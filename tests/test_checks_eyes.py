@@ -59,8 +59,9 @@ LOCAL_10 = ("        e = cuda.local.array(10, np.float32)\n        for c in rang
 
 def test_a_local_array_written_past_its_end_fails():
     # right for C <= 10 (MNIST); the check has rows of C = 13, so the local array of 10 overflows
+    # (on a GPU the writes past its end land in the thread's other local memory: the values may or may not show)
     rejects(c03.check_softmax_xent_kernel, mutated(L.softmax_xent_kernel, (SUM_EXPS, LOCAL_10)), "Exercise 3.1",
-            ["out-of-bounds"])
+            SAYS)
 
 
 def test_a_tree_that_reads_cells_no_thread_wrote_fails():
