@@ -536,6 +536,22 @@ def require_round_and_odd(exercise, cases):
         raise ValueError(f"{exercise}'s check has no case whose sizes are {missing} the block: add one")
 
 
+MAX_THREADS = 1024  # the most threads a block may have, on every CUDA GPU so far: what a spec allows by default
+
+
+def require_largest_block(exercise, cases, largest=None):
+    """A check's cases must launch the largest block the kernel's spec allows (`largest` threads, MAX_THREADS by
+    default): a shared or local array sized for the blocks the check happens to use passes otherwise."""
+    largest = MAX_THREADS if largest is None else largest
+    if not any(_threads_per_block(c["block"]) == largest for c in cases):
+        raise ValueError(f"{exercise}'s check has no case with a block of {largest} threads, the largest its spec "
+                         "allows: add one")
+
+
+def _threads_per_block(block):
+    return prod(_dims(block))
+
+
 def _arg_names(kernel, count):
     py = getattr(kernel, "py_func", kernel)
     try:
@@ -545,16 +561,19 @@ def _arg_names(kernel, count):
     return [names[k] if k < len(names) else f"argument {k + 1}" for k in range(count)]
 
 
-def run_cases(exercise, kernel, cases, hint, atol=0.0, rtol=0.0, diagnose=None):
+def run_cases(exercise, kernel, cases, hint, atol=0.0, rtol=0.0, diagnose=None, largest=None):
     """Run every case: dict(name, grid, block, inputs, expected) and report the first problem; return a summary.
 
     `inputs` are host arrays (copied to guarded device buffers) or scalars; `expected` is one host array or a
     tuple of them: the kernel's outputs, passed after the inputs, each NaN-filled and guarded. The cases must
     include sizes that are multiples of the block and sizes that are not (`unit`, if given, replaces the block
-    as what sizes are multiples of). After each launch every input is compared with what it was."""
+    as what sizes are multiples of). After each launch every input is compared with what it was. `largest`: the
+    most threads a block may have under the kernel's spec (MAX_THREADS unless it fixes the block): some case must
+    launch it (require_largest_block)."""
     __tracebackhide__ = True
     raise_if_unimplemented(kernel)
     require_round_and_odd(exercise, cases)
+    require_largest_block(exercise, cases, largest)
     for c in cases:
         _run_case(exercise, kernel, c, hint, atol, rtol, diagnose, ON_THIS_DEVICE)
     simulator_eyes(cases, lambda c, on: _run_case(exercise, kernel, c, hint, atol, rtol, diagnose, on),
@@ -588,16 +607,18 @@ def _run_case(exercise, kernel, c, hint, atol, rtol, diagnose, on):
         compare(exercise, case + which, got, e, atol, rtol, hint, diagnose)
 
 
-def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INPLACE_RTOL):
+def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INPLACE_RTOL, largest=None):
     """Run every case of an in-place update kernel for several steps and report the first problem.
 
     A case is dict(name, grid, block, names, state, steps): `state` are the host arrays updated in place
     (parameters first, then the optimizer's state, as named by `names`); each step is
     (gradient, scalars, expected state after the step). The kernel is called as
     kernel(state[0], gradient, *state[1:], *scalars): parameters, gradient, state, hyperparameters. `hint` is a
-    sentence, or a dict from an array's name to what to look at when that array is wrong (None: the rest)."""
+    sentence, or a dict from an array's name to what to look at when that array is wrong (None: the rest).
+    `largest` as in run_cases."""
     __tracebackhide__ = True
     raise_if_unimplemented(kernel)
+    require_largest_block(exercise, cases, largest)
     unit = lambda c: c.get("unit", c["block"])  # noqa: E731
     if {all(a.size % unit(c) == 0 for a in c["state"]) for c in cases} != {True, False}:
         raise ValueError(f"{exercise}'s check needs sizes that are and are not multiples of the block")

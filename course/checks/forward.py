@@ -5,6 +5,8 @@ import course
 from course.checks.core import exercise, run_cases
 from course.util import cdiv
 
+TILE = 16  # notebook 02's tile: the tiled kernels' block is (TILE, TILE), fixed by their spec
+
 ATOL = RTOL = 1e-4  # float32 sums of <= 100 products of N(0, 1) numbers, accumulated in another order than BLAS
 
 
@@ -40,6 +42,7 @@ def check_matmul_kernel(kernel, seed=0):
     block shapes, spare blocks."""
     rng = np.random.default_rng(seed)
     cases = _cases(rng, [((19, 37, 23), (16, 16)), ((9, 50, 33), (32, 4)), ((course.pick(70, 6), 8, 5), (8, 8)),
+                         ((21, 6, 19), (32, 32)),                                          # the largest block
                          ((32, 20, 48), (16, 16)), ((8, 9, 64), (32, 4))])   # the last two: whole blocks
     cases += _cases(rng, [((13, 11, 21), (8, 8))], extra_blocks=(1, 2))  # spare blocks must do nothing
     return run_cases("Exercise 2.1", kernel, cases, atol=ATOL, rtol=RTOL,
@@ -63,7 +66,7 @@ def check_tiled_matmul(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = _cases(rng, [((19, 37, 23), (16, 16)), ((1, 40, 5), (16, 16)), ((32, 48, 16), (16, 16))])
     cases += _cases(rng, [((course.pick(33, 17), 21, 17), (16, 16))], extra_blocks=(1, 1))
-    return run_cases("Exercise 2.2", kernel, cases, atol=ATOL, rtol=RTOL,
+    return run_cases("Exercise 2.2", kernel, cases, atol=ATOL, rtol=RTOL, largest=TILE * TILE,  # the tile's block
                      hint="look at the tile loads: one element of A's tile and one of B's per thread, each "
                           "bounds-checked against the matrix it comes from (rows AND columns), with a zero where "
                           "the tile hangs over the edge; every thread must reach every barrier")
@@ -93,7 +96,7 @@ def check_linear_kernel(kernel, seed=0):
         grid = (cdiv(N, 16) + extra[0], cdiv(M, 16) + extra[1])
         cases.append(dict(name=f"X {X.shape} @ W {W.shape} + b, relu={relu}", grid=grid, block=(16, 16),
                           inputs=[X, W, b, relu], expected=np.maximum(Y, 0) if relu else Y))
-    return run_cases("Exercise 2.3", kernel, cases, atol=ATOL, rtol=RTOL,
+    return run_cases("Exercise 2.3", kernel, cases, atol=ATOL, rtol=RTOL, largest=TILE * TILE,  # the tile's block
                      hint="look at which threads write (only those inside Y), which element of b goes with an "
                           "output (one bias per output feature), whether the ReLU depends on relu, and whether the "
                           "bias is added before the clamp")

@@ -1,8 +1,10 @@
 """Checks for notebook 08's exercises (the register-blocked matmul, a grid-stride SGD)."""
+from math import prod
+
 import numpy as np
 
 import course
-from course.checks.core import exercise, run_cases, run_inplace_steps
+from course.checks.core import MAX_THREADS, exercise, run_cases, run_inplace_steps
 from course.update import sgd_ref
 from course.util import cdiv
 
@@ -35,7 +37,7 @@ def check_matmul_v3(kernel, seed=0):
         grid = (cdiv(N, BN) + extra[0], cdiv(M, BM) + extra[1])
         cases.append(dict(name=f"A {A.shape} @ B {B.shape}", grid=grid, block=V3_BLOCK, inputs=[A, B],
                           expected=A @ B, unit=(BN, BM)))  # a tile of C is what sizes are multiples of
-    return run_cases("Exercise 8.1", kernel, cases, atol=ATOL, rtol=RTOL,
+    return run_cases("Exercise 8.1", kernel, cases, atol=ATOL, rtol=RTOL, largest=prod(V3_BLOCK),  # fixed block
                      hint="look at which rows of sA and columns of sB a thread reads into its registers (the same "
                           "strided ones the epilogue writes to C), at whether every kk of the tile is used, and "
                           "at the outer product: every (i, j) pair of the thread's TM x TN block")
@@ -57,6 +59,7 @@ def check_sgd_gridstride(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for n, grid, block in ((course.pick(1000, 200), 1, 32), (course.pick(999, 131), 3, 32), (37, 4, 32),
+                           (2_500, 2, MAX_THREADS),                                  # the largest block
                            (course.pick(5000, 300), 2, 64), (course.pick(4096, 256), 2, 64)):  # last: whole
         p = rng.standard_normal(n).astype(np.float32)
         steps, cur = [], p
