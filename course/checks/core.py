@@ -2,8 +2,9 @@
 multiples of the block, several launch shapes, NaN-filled outputs (unwritten elements show), guard cells around
 every array (out-of-bounds writes show, and out-of-bounds reads stay inside memory the check owns), inputs
 compared after every launch (a kernel must not write into them), a synchronize after every launch (a GPU fault
-is reported with the case that caused it), and failures that say what is wrong and where, with the code-level
-hint kept for `hint("N.M")`."""
+is reported with the case that caused it), and failures that say what is wrong and where, with a ladder of
+hints for `hint("N.M")` (nudges, then the answer's code on request). Two machines' eyes on every kernel: a compile
+gate (what no GPU compiles, float64 in a float32 kernel) on either, and numba's simulator on a GPU too."""
 import contextlib
 import functools
 import inspect
@@ -265,9 +266,9 @@ def call(exercise, case, fn, *args, hint="read the error: it names the line of y
 
 def exercise(number, more, nudges=()):
     """Decorator for a check(fn, ...): registers hint(number) (`nudges`, then `more`: the answer's code), stops on
-    the stub, on an unusable GPU context,
-    turns an exception of the student's code into a CheckFailure and keeps the check's code (which computes
-    the answer) out of the traceback. The check returns a one-line summary of what it tried."""
+    the stub, on an unusable GPU context, turns an exception of the student's code into a CheckFailure and keeps
+    the check's code (which computes the answer) out of the traceback. The check returns a one-line summary of
+    what it tried."""
     def wrap(check):
         register_hints(number, more, nudges)
 

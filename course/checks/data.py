@@ -105,7 +105,7 @@ def check_scale_kernel(scale_kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for n, block in ((course.pick(100_003, 1_003), 128), (course.pick(54_321, 517), 32), (7, 64),
-                     (1_500, MAX_THREADS),  # the largest block there is
+                     (1_000, MAX_THREADS),  # the largest block there is (one block: the simulator's cost)
                      (course.pick(60_000 * 16, 512), 256), (64, 32)):  # the last two: whole blocks only
         x = rng.integers(0, 256, n, dtype=np.uint8)
         cases.append(dict(name=f"n={n}", grid=cdiv(n, block), block=block, inputs=[x],

@@ -196,7 +196,7 @@ def check_sum_kernel(sum_kernel, seed=0):
     # 20); every block full (64 of 32, 96 of 48); the launchers' block of 256; the largest block the spec allows
     # (a shared array sized for less shows); on a GPU thousands of blocks, so that a plain += into total loses
     # additions there
-    shapes = [(5, 8), (100, 32), (130, 48), (64, 32), (96, 48), (300, 256), (1500, MAX_BLOCK),
+    shapes = [(5, 8), (100, 32), (130, 48), (64, 32), (96, 48), (300, 256), (1000, MAX_BLOCK),
               (course.pick(1_000_003, 75), course.pick(256, 20)), (course.pick(256 * 4000, 60), course.pick(256, 20))]
     cases = []
     for n, block in shapes:

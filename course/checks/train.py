@@ -143,7 +143,8 @@ def _gradients_match(ex, case, got, want):
   return float(loss.copy_to_host()[0]), int(correct.copy_to_host()[0]) / X_d.shape[0]""")
 def check_evaluate(evaluate, seed=0):
     """Exercise 6.2: (loss, accuracy) of random parameters on random data, against the NumPy twin; N from 37 to
-    thousands of rows, a prime (a mean of per-chunk means is wrong, and a last chunk is part full), logits with
+    thousands of rows, a prime (a mean of per-chunk means is wrong, and a last chunk is part full; 131 in the
+    simulator, above chunks of 64 and 128), logits with
     exact ties, a confidently wrong network (a loss from float32 probabilities is inf there), and nothing
     copied to the host but the two scalars."""
     from course.checks.loss import recorded_copies
@@ -153,7 +154,7 @@ def check_evaluate(evaluate, seed=0):
             "(the first largest logit, as np.argmax: a tie is not a hit for a later class), and at the types "
             "returned (two Python floats)")
     rng = np.random.default_rng(seed)
-    for N, n_in, hidden, ties, scale in ((37, 20, 9, True, 8), (course.pick(10_007, 263), course.pick(784, 20), 16,
+    for N, n_in, hidden, ties, scale in ((37, 20, 9, True, 8), (course.pick(10_007, 131), course.pick(784, 20), 16,
                                                                False, 8), (29, 20, 9, False, CONFIDENT)):
         X, y, p = _problem(rng, N, n_in, hidden)
         p["W2"] *= 8  # confident predictions, so that accuracy is far from chance and its errors show

@@ -19,7 +19,7 @@ def _shapes():
     block of threads that are all past the end), then one that is (every block full)."""
     out = []
     for n, block, spare in ((course.pick(100_003, 301), 128, 0), (course.pick(54_321, 97), 32, 0), (7, 64, 1),
-                            (1_500, MAX_THREADS, 0), (course.pick(1024 * 128, 256), 128, 0)):
+                            (1_000, MAX_THREADS, 0), (course.pick(1024 * 128, 256), 128, 0)):
         out.append((n, cdiv(n, block) + spare, block))
     return out
 
