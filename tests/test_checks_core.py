@@ -385,7 +385,8 @@ def test_a_check_without_the_largest_block_is_refused():
     x = np.ones(5, np.uint8)
     cases = [dict(name="odd", grid=1, block=8, inputs=[x], expected=np.ones(5, np.float32)),
              dict(name="round", grid=1, block=8, inputs=[x[:8]], expected=np.ones(8, np.float32))]
-    with pytest.raises(ValueError, match="a block of 1024 threads"):
-        core.run_cases("Exercise 1.2", scale_kernel, cases, hint="h")
+    if not course.SIMULATOR:  # MAX_THREADS by default: on a GPU (in the simulator such a block costs ~1 s)
+        with pytest.raises(ValueError, match="a block of 1024 threads"):
+            core.run_cases("Exercise 1.2", scale_kernel, cases, hint="h")
     with pytest.raises(ValueError, match="a block of 64 threads"):
         core.run_cases("Exercise 1.2", scale_kernel, cases, hint="h", largest=64)

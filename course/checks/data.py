@@ -2,7 +2,7 @@
 import numpy as np
 
 import course
-from course.checks.core import MAX_THREADS, call, exercise, fail, run_cases
+from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_cases
 from course.util import cdiv
 
 
@@ -105,7 +105,7 @@ def check_scale_kernel(scale_kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for n, block in ((course.pick(100_003, 1_003), 128), (course.pick(54_321, 517), 32), (7, 64),
-                     (1_000, MAX_THREADS),  # the largest block there is (one block: the simulator's cost)
+                     *on_a_gpu((1_000, MAX_THREADS)),  # the largest block there is
                      (course.pick(60_000 * 16, 512), 256), (64, 32)):  # the last two: whole blocks only
         x = rng.integers(0, 256, n, dtype=np.uint8)
         cases.append(dict(name=f"n={n}", grid=cdiv(n, block), block=block, inputs=[x],
@@ -129,7 +129,7 @@ def check_gather_kernel(gather_kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for (n, d, b), block in (((113, 45, 37), (16, 8)), ((61, 97, 29), (32, 4)), ((40, 7, 40), (8, 8)),
-                             ((50, 21, 19), (32, 32)),  # the largest block there is
+                             *on_a_gpu(((50, 21, 19), (32, 32))),  # the largest block there is
                              ((70, 32, 24), (16, 8)), ((50, 64, 8), (32, 4))):  # the last two: whole blocks
         X = rng.standard_normal((n, d)).astype(np.float32)
         idx = rng.permutation(n)[:b].astype(np.int64)

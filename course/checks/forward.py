@@ -2,7 +2,7 @@
 import numpy as np
 
 import course
-from course.checks.core import exercise, run_cases
+from course.checks.core import exercise, on_a_gpu, run_cases
 from course.util import cdiv
 
 TILE = 16  # notebook 02's tile: the tiled kernels' block is (TILE, TILE), fixed by their spec
@@ -42,7 +42,7 @@ def check_matmul_kernel(kernel, seed=0):
     block shapes, spare blocks."""
     rng = np.random.default_rng(seed)
     cases = _cases(rng, [((19, 37, 23), (16, 16)), ((9, 50, 33), (32, 4)), ((course.pick(70, 6), 8, 5), (8, 8)),
-                         ((21, 6, 19), (32, 32)),                                          # the largest block
+                         *on_a_gpu(((21, 6, 19), (32, 32))),                               # the largest block
                          ((32, 20, 48), (16, 16)), ((8, 9, 64), (32, 4))])   # the last two: whole blocks
     cases += _cases(rng, [((13, 11, 21), (8, 8))], extra_blocks=(1, 2))  # spare blocks must do nothing
     return run_cases("Exercise 2.1", kernel, cases, atol=ATOL, rtol=RTOL,

@@ -2,7 +2,7 @@
 import numpy as np
 
 import course
-from course.checks.core import exercise, factor, run_cases
+from course.checks.core import exercise, factor, on_a_gpu, run_cases
 from course.util import cdiv
 
 TOL = 1e-5  # float32: dZ2 is one subtraction and one division; the products sum <= 60 terms of size ~1
@@ -38,7 +38,7 @@ def check_dlogits_kernel(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for (B, C), block in (((course.pick(37, 13), 10), (16, 16)), ((21, 7), (8, 4)), ((3, 10), (32, 2)),
-                          ((19, 10), (32, 32)),                                     # the largest block
+                          *on_a_gpu(((19, 10), (32, 32))),                          # the largest block
                           ((16, 10), (2, 8)), ((32, 8), (8, 4))):   # the last two: whole blocks
         probs = _probs(rng, B, C)
         y = rng.integers(0, C, B)
@@ -64,7 +64,7 @@ def check_matmul_tn_kernel(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for (R, M, N), block in (((23, 19, 10), (16, 16)), ((course.pick(45, 9), 33, 17), (32, 4)),
-                             ((7, 21, 10), (32, 32)),                               # the largest block
+                             *on_a_gpu(((7, 21, 10), (32, 32))),                    # the largest block
                              ((5, 7, 40), (8, 8)), ((9, 16, 32), (16, 16)), ((12, 8, 32), (32, 4))):
         A = rng.standard_normal((R, M)).astype(np.float32)  # (R, M): e.g. H, with R = batch rows
         B = rng.standard_normal((R, N)).astype(np.float32)  # (R, N): e.g. dZ2
@@ -90,7 +90,7 @@ def check_dhidden_kernel(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for (B, n_in, n_out), block in (((19, 23, 10), (16, 16)), ((course.pick(40, 7), 37, 7), (32, 4)),
-                                    ((9, 21, 6), (32, 32)),                         # the largest block
+                                    *on_a_gpu(((9, 21, 6), (32, 32))),              # the largest block
                                     ((4, 9, 13), (8, 8)), ((8, 32, 10), (32, 4)), ((16, 16, 5), (16, 16))):
         dZ = rng.standard_normal((B, n_out)).astype(np.float32)           # (B, n_out)
         W = rng.standard_normal((n_in, n_out)).astype(np.float32)         # (n_in, n_out)

@@ -4,7 +4,7 @@ from math import prod
 import numpy as np
 
 import course
-from course.checks.core import MAX_THREADS, call, exercise, fail, run_cases
+from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_cases
 from course.util import cdiv
 
 ATOL, RTOL = 1e-6, 1e-5  # float32: two products and two sums per element; a GPU fuses them into FMAs
@@ -23,7 +23,7 @@ def check_combine_kernel(kernel, seed=0):
     spare block; theta, d1 and d2 must come back unchanged."""
     rng = np.random.default_rng(seed)
     cases = []
-    for n, block, spare in ((course.pick(100_003, 301), 128, 0), (97, 32, 0), (7, 64, 1), (1_000, MAX_THREADS, 0),
+    for n, block, spare in ((course.pick(100_003, 301), 128, 0), (97, 32, 0), (7, 64, 1), *on_a_gpu((1_000, MAX_THREADS, 0)),
                             (course.pick(101_770 // 10 * 128, 256), 128, 0), (64, 32, 0)):  # whole blocks
         theta, d1, d2 = (rng.standard_normal(n).astype(np.float32) for _ in range(3))   # (n,) each
         a = np.float32(rng.uniform(0.3, 2.0) * rng.choice([-1, 1]))

@@ -15,8 +15,8 @@ import numpy as np
 import course
 from course.device import in_kernel_thread
 from course.checks.core import (MAX_THREADS, ON_THIS_DEVICE, CheckFailure, CheckSignal, _sticky, code_names,
-                                divergent_barriers, exercise, fail, launch, padded_input, padded_output, run_cases,
-                                simulator_eyes)
+                                divergent_barriers, exercise, fail, launch, on_a_gpu, padded_input, padded_output,
+                                run_cases, simulator_eyes)
 from course.util import cdiv
 
 
@@ -62,11 +62,11 @@ def check_softmax_xent_kernel(softmax_xent_kernel, seed=0):
     (some rows far below 0, some whose last logit leads by more than exp can take)."""
     ex = "Exercise 3.1"
     rng = np.random.default_rng(seed)
-    specs = {False: [(37, 10, 32, np.int64), (50, 7, 16, np.int32), (41, 10, MAX_THREADS, np.int64),
+    specs = {False: [(37, 10, 32, np.int64), (50, 7, 16, np.int32), *on_a_gpu((41, 10, MAX_THREADS, np.int64)),
                      (64, 10, 32, np.int64)],
              True: [(9, 13, 8, np.int64),  # the smallest: what a GPU also runs in the simulator (C = 13 > 10)
                     (45, 10, 64, np.int64), (course.pick(60_001, 29), 13, course.pick(128, 8), np.int32),
-                    (23, 13, MAX_THREADS, np.int64),
+                    *on_a_gpu((23, 13, MAX_THREADS, np.int64)),
                     (course.pick(60_000 // 64 * 64, 32), 10, course.pick(64, 16), np.int64)]}  # whole blocks
     cases = {}
     for large, shapes in specs.items():

@@ -4,7 +4,7 @@ from math import prod
 import numpy as np
 
 import course
-from course.checks.core import MAX_THREADS, exercise, run_cases, run_inplace_steps
+from course.checks.core import MAX_THREADS, exercise, on_a_gpu, run_cases, run_inplace_steps
 from course.update import sgd_ref
 from course.util import cdiv
 
@@ -59,7 +59,7 @@ def check_sgd_gridstride(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for n, grid, block in ((course.pick(1000, 200), 1, 32), (course.pick(999, 131), 3, 32), (37, 4, 32),
-                           (2_500, 1, MAX_THREADS),                                  # the largest block, looping
+                           *on_a_gpu((2_500, 1, MAX_THREADS)),                       # the largest block, looping
                            (course.pick(5000, 300), 2, 64), (course.pick(4096, 256), 2, 64)):  # last: whole
         p = rng.standard_normal(n).astype(np.float32)
         steps, cur = [], p

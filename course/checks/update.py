@@ -9,7 +9,7 @@ back, or uses it in the wrong order, drifts from the reference by the second ste
 import numpy as np
 
 import course
-from course.checks.core import MAX_THREADS, exercise, run_inplace_steps
+from course.checks.core import MAX_THREADS, exercise, on_a_gpu, run_inplace_steps
 from course.update import adam_ref, momentum_ref, sgd_ref
 from course.util import cdiv
 
@@ -19,7 +19,7 @@ def _shapes():
     block of threads that are all past the end), then one that is (every block full)."""
     out = []
     for n, block, spare in ((course.pick(100_003, 301), 128, 0), (course.pick(54_321, 97), 32, 0), (7, 64, 1),
-                            (1_000, MAX_THREADS, 0), (course.pick(1024 * 128, 256), 128, 0)):
+                            *on_a_gpu((1_000, MAX_THREADS, 0)), (course.pick(1024 * 128, 256), 128, 0)):
         out.append((n, cdiv(n, block) + spare, block))
     return out
 
