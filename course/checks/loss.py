@@ -404,8 +404,9 @@ def _threads(dims):
   div_kernel[1, 1, stream](out, np.float32(n))
   return out""")
 def check_batch_mean(batch_mean, seed=0):
-    """Exercise 3.3: batch_mean(x, out=None) leaves mean(x) in out (1,) on the device, on every call, with
-    sum_kernel launched on cdiv(n, THREADS) blocks of THREADS threads and no copy between host and device."""
+    """Exercise 3.3: batch_mean(x, out=None, stream=0) leaves mean(x) in out (1,) on the device, on every call,
+    with sum_kernel launched on cdiv(n, THREADS) blocks of THREADS threads, every launch on the stream given, and
+    no copy between host and device."""
     from numba import cuda
 
     from course.loss import THREADS
@@ -498,5 +499,6 @@ def check_batch_mean(batch_mean, seed=0):
         if not sums:
             fail(ex, case, "the mean is right, but sum_kernel (Exercise 3.2) was never launched", hint)
         prev = got_arr
-    return ("3 calls (a fresh out, the same out again, an out holding junk), sum_kernel launched on "
-            "cdiv(n, THREADS) blocks of THREADS, nothing copied between host and device")
+    return ("4 calls (a fresh out, the same out again, an out holding junk, a stream of its own), sum_kernel "
+            "launched on cdiv(n, THREADS) blocks of THREADS on the stream given, nothing copied between host and "
+            "device")
