@@ -559,3 +559,92 @@ def lower_kernel(pyfunc, argtypes, cc):
     from numba.cuda.compiler import _compile_pyfunc_with_fixup
     lib, _ = _compile_pyfunc_with_fixup(pyfunc, argtypes, device=False, cc=cc, abi="numba")  # as compile_ptx
     return lambda target: "\n".join(lib.get_asm_strs(cc=target))
+
+
+def compile_errors():
+    """The exception classes numba raises for code it cannot compile (numba-cuda's own, and numba's if present)."""
+    internals()
+    from numba.cuda.core import errors
+    found = [errors.NumbaError]
+    try:
+        from numba.core.errors import NumbaError
+        found.append(NumbaError)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def numba_reason(e):
+    """numba's reason for refusing code, in one line, and where: 'Unknown attribute 'dot' ... (line 6)'."""
+    import re
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+    skip = ("Failed in", "During:", "File ", "^", "Traceback", "- Resolution", "- Of which", "Rejected as")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    k = next((k for k, ln in enumerate(lines) if not ln.startswith(skip)), None)
+    reason = type(e).__name__ if k is None else lines[k].rstrip(":")
+    if k is not None and k + 1 < len(lines) and lines[k + 1].startswith(">>>"):  # the signature numba had
+        reason += ": " + lines[k + 1].lstrip("> ")
+    mine = [(f, int(n)) for f, n in re.findall(r'File "([^"]+)", line (\d+)', text)
+            if "site-packages" not in f and "numba" not in f.replace("\\", "/").split("/")]
+    loc = getattr(e, "loc", None)  # numba's own record of the statement, when the message lacks it
+    if loc is not None and getattr(loc, "line", None) and "site-packages" not in str(loc.filename):
+        mine = [(loc.filename, int(loc.line))]
+    return dict(reason=reason, file=mine[-1][0] if mine else None, line=mine[-1][1] if mine else None)
+
+
+def float64_statements(kernel, argtypes, cc, devices=()):
+    """Type and lower `kernel` for compute capability cc with `argtypes` (GPU mode; no GPU needed) and return
+    [file, line, function] of each statement whose arithmetic (a binary or unary operator, a call) yields a
+    float64, in the kernel and in `devices` (device functions it calls). Raises numba's error if it cannot
+    compile. Reads numba's typed IR: `compile_cuda`'s type annotation (numba_cuda/numba/cuda/compiler.py)."""
+    internals()
+    from numba.cuda import types
+    from numba.cuda.compiler import compile_cuda
+    from numba.cuda.core import ir
+    cres = compile_cuda(kernel.py_func, types.void, argtypes, cc=cc)
+    results = [cres] + [c for d in devices for c in d.overloads.values()]
+    found = []
+    for r in results:
+        ann = r.type_annotation
+        for block in ann.blocks.values():
+            for stmt in block.body:
+                if (isinstance(stmt, ir.Assign) and isinstance(stmt.value, ir.Expr)
+                        and stmt.value.op in ("binop", "inplace_binop", "unary", "call")
+                        and ann.typemap.get(stmt.target.name) == types.float64):
+                    is_call = stmt.value.op == "call"  # a call's float64 most often comes from an operator
+                    found.append((is_call, stmt.loc.filename, stmt.loc.line, ann.func_id.func_name))
+    return [list(f[1:]) for f in sorted(set(found))]  # operators first, then calls, each in source order
+
+
+def simulated(kernel, _made=None):
+    """numba-cuda's simulator's kernel for a GPU kernel (or device function), for a GPU machine: built from its
+    `py_func` in a copy of its globals where each device function it calls is simulated too, so that its threads
+    run as Python, with the simulator's bounds checks and thread order. The course's simulator patches
+    (`patch_simulator`) are installed on first use."""
+    import types
+    _, simkernel = internals()
+    patch_simulator()
+    _made = {} if _made is None else _made
+    py = getattr(kernel, "py_func", kernel)
+    if id(py) in _made:
+        return _made[id(py)]
+    g = dict(py.__globals__)
+    fn = types.FunctionType(py.__code__, g, py.__name__, py.__defaults__, py.__closure__)
+    device = getattr(kernel, "targetoptions", {}).get("device", False) or getattr(kernel, "_device", False)
+    out = _made[id(py)] = simkernel.FakeCUDAKernel(fn, device=device)
+    for name, v in py.__globals__.items():
+        if type(v).__name__ == "CUDADispatcher" and _nested_name(py.__code__, name):
+            g[name] = simulated(v, _made)
+    return out
+
+
+def _nested_name(code, name):
+    """Whether code or a code object nested in it names `name`."""
+    return name in code.co_names or any(_nested_name(c, name) for c in code.co_consts if hasattr(c, "co_names"))
+
+
+def simulator_to_device(a):
+    """The simulator's device array for a host array (FakeCUDAArray), for `simulated` kernels on a GPU machine."""
+    internals()
+    from numba.cuda.simulator.cudadrv.devicearray import to_device
+    return to_device(a)

@@ -21,7 +21,7 @@ def require(name, a, dtype=None, ndim=None, shape=None):
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(a.shape)}")
     if shape is not None and (len(shape) != a.ndim or any(s is not None and s != n for s, n in zip(shape, a.shape))):
-        want = "(" + ", ".join("any" if s is None else str(s) for s in shape) + ")"
+        want = "(" + ", ".join("any" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
         raise ValueError(f"{name} must have shape {want}, got {tuple(a.shape)}")
     if not a.is_c_contiguous():
         raise ValueError(f"{name} must be C-contiguous (a slice with steps or a transpose is not): "

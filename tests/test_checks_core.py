@@ -1,7 +1,9 @@
 """The check machinery (course/checks/core.py) against the classes of wrong answers that once passed, each planted
 as a one-line mutation of the solution (`mutant`, tests/conftest.py), and correct-but-different answers that
 must pass. Runs in the simulator (CI) and on a GPU."""
+import re
 import traceback
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -65,7 +67,8 @@ def test_run_cases_refuses_a_check_without_both_kinds_of_size():
     for cases in ([odd], [whole]):
         with pytest.raises(ValueError, match="multiple of"):
             core.run_cases("Exercise 9.9", scale_kernel, cases, hint="h")
-    assert "random cases" in core.run_cases("Exercise 9.9", scale_kernel, [odd, whole], hint="h", atol=1e-6)
+    assert "random cases" in core.run_cases("Exercise 9.9", scale_kernel, [odd, whole], hint="h", atol=1e-6,
+                                            largest=32)
 
 
 # --- inputs compared after every launch ----------------------------------------------------------------
@@ -168,10 +171,18 @@ def test_exceptions_of_the_students_code_become_check_failures():
 
 
 @pytest.mark.skipif(not course.SIMULATOR, reason="a raise inside a kernel reaches Python only in the simulator")
-def test_a_kernel_that_raises_fails_with_the_case():
+def test_a_kernel_that_no_gpu_compiles_fails_with_the_case():
     msg = rejects(c01.check_scale_kernel, mutant(scale_kernel, "out[i] = x[i] / np.float32(255.0)",
                   "out[i] = x[i] / np.float32(255.0) if i < 50 else {}['x']"), "Exercise 1.2",
-                  ["your kernel raised KeyError"])
+                  ["no GPU can compile your kernel"])
+    assert "grid=" in msg and "DictType" in msg
+
+
+@pytest.mark.skipif(not course.SIMULATOR, reason="a GPU ignores a raise in a kernel (no debug build)")
+def test_a_kernel_that_raises_fails_with_the_case():
+    msg = rejects(c01.check_scale_kernel, mutant(scale_kernel, "out[i] = x[i] / np.float32(255.0)",
+                  "out[i] = x[i] / np.float32(255.0)\n        if i == 50:\n            raise KeyError(i)"),
+                  "Exercise 1.2", ["your kernel raised KeyError"])
     assert "grid=" in msg
 
 
@@ -186,18 +197,52 @@ def test_a_bug_in_the_check_itself_is_not_blamed_on_the_student(monkeypatch):
 CODE_HINT_EXERCISES = ("1.3", "2.1", "5.1", "7.1", "9.1", "10.1")
 
 
-def test_every_check_has_a_code_level_hint_and_names_it():
-    import course.checks.train  # noqa: F401  (notebook 06's checks)
-    for number in ("1.1", "1.2", "1.3", "2.1", "2.2", "2.3", "3.1", "3.2", "3.3", "4.1", "4.2", "4.3", "5.1", "5.2",
-                   "5.3", "6.1", "6.2", "7.1", "7.2", "7.3", "9.1", "10.1"):
-        assert len(core.HINTS[number].splitlines()) >= 2, number
+EXERCISES = ("1.1", "1.2", "1.3", "2.1", "2.2", "2.3", "3.1", "3.2", "3.3", "4.1", "4.2", "4.3", "5.1", "5.2", "5.3",
+             "6.1", "6.2", "7.1", "7.2", "7.3", "8.1", "8.2", "9.1", "9.2", "10.1", "10.2", "10.3")
+CODE = re.compile(r"\w\[[^\]]*\] *[-+*/]?= |^\s*(for|if|while|return)\b.*:|\w = \w|\w\(\w+\[")  # code, not prose
+
+
+def test_every_check_has_a_hint_ladder_of_nudges_then_the_answer():
+    import course.checks.train, course.checks.time, course.checks.matmul, course.checks.fused  # noqa: F401,E401
+    for number in EXERCISES:
+        assert len(core.HINTS[number].splitlines()) >= 2, number   # the last level: the answer's code
+        assert len(core.LADDERS[number]) >= 2, number             # at least two nudges before it
+        for nudge in core.LADDERS[number]:
+            assert not CODE.search(nudge), (number, nudge)
     with pytest.raises(ValueError, match="no exercise"):
         hint("9.9")
 
 
-def test_hint_prints_the_code_only_on_request(capsys):
-    hint("2.1")
-    assert "acc += A[row, k] * B[k, col]" in capsys.readouterr().out
+def test_hint_climbs_the_ladder_and_shows_code_only_when_asked_by_level(capsys, monkeypatch):
+    monkeypatch.setattr(core, "_hint_shown", {})
+    answer = "acc += A[row, k] * B[k, col]"
+    shown = []
+    for _ in range(4):  # asking again and again never reaches the answer
+        hint("2.1")
+        shown.append(capsys.readouterr().out)
+    assert "hint 1 of 3" in shown[0] and "hint 2 of 3" in shown[1] and "level=3" in shown[1]
+    assert not any(answer in out for out in shown)
+    assert shown[0] != shown[1]
+    hint("2.1", level=3)
+    out = capsys.readouterr().out
+    assert "this shows the answer" in out.split("\n")[0] and answer in out
+
+
+def test_the_teacher_can_turn_the_answers_off(capsys, monkeypatch):
+    monkeypatch.setenv(core.ANSWERS_ENV, "0")
+    hint("2.1", level=3)
+    out = capsys.readouterr().out
+    assert "turned off" in out and "acc +=" not in out
+    hint("2.1", level=1)
+    assert "hint 1 of 3" in capsys.readouterr().out
+
+
+def test_the_answers_obey_their_specs():
+    # 5.3's spec: float32 constants (np.float32(1.0) - beta1); 10.1: no range with a run-time step (notebook 10's
+    # 64-bit division in the loop)
+    assert "(np.float32(1.0) - beta1)" in core.HINTS["5.3"] and "(1 - beta1)" not in core.HINTS["5.3"]
+    assert "while i < p.size" in core.HINTS["10.1"] and "range(" not in core.HINTS["10.1"]
+    assert "stream](" in core.HINTS["3.3"]
 
 
 @pytest.mark.parametrize("check, wrong, number", [
@@ -305,3 +350,43 @@ def test_a_course_function_that_the_check_misuses_is_not_blamed_on_the_student(m
     monkeypatch.setattr(c07, "_project_ref", require)  # called as require(S, theta_n, d1, d2): host arrays
     with pytest.raises(ValueError, match="must be a device array"):  # raised in course/util.py, via the check
         c07.check_project_to_plane(LS.project_to_plane)
+
+
+def test_a_build_without_hint_answers_holds_no_answer(tmp_path):
+    import shutil
+
+    from course.tools.teach import without_hint_answers
+    for f in Path(core._CHECKS_DIR).glob("*.py"):
+        shutil.copy(f, tmp_path / f.name)
+    import course.checks.train  # noqa: F401  (every exercise registered)
+    assert without_hint_answers(tmp_path) == len(EXERCISES)
+    text = "\n".join(p.read_text() for p in tmp_path.glob("*.py"))
+    for number in EXERCISES:  # (a docstring may still state the spec's formula)
+        assert core.HINTS[number] not in text, number
+    assert (tmp_path / Path(core.NO_ANSWERS_FILE).name).exists()
+    compile(text, "checks", "exec")  # still Python
+
+
+def test_a_shape_of_one_dimension_is_written_as_a_tuple():
+    from course.util import require
+    with pytest.raises(ValueError, match=r"loss must have shape \(1,\), got \(2,\)"):
+        require("loss", cuda.device_array(2, np.float32), np.float32, shape=(1,))
+
+
+def test_the_simulator_prints_no_runtime_warning_above_a_failure(recwarn):
+    # a 0 / 0 in a simulated thread: NumPy warns there; a GPU would not, and the check names the NaN
+    wrong = mutant(scale_kernel, "out[i] = x[i] / np.float32(255.0)",
+                   "out[i] = np.float32(x[i] - x[i]) / np.float32(x[i] - x[i])")
+    rejects(c01.check_scale_kernel, wrong, "Exercise 1.2", ["NaN"])
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_check_without_the_largest_block_is_refused():
+    x = np.ones(5, np.uint8)
+    cases = [dict(name="odd", grid=1, block=8, inputs=[x], expected=np.ones(5, np.float32)),
+             dict(name="round", grid=1, block=8, inputs=[x[:8]], expected=np.ones(8, np.float32))]
+    if not course.SIMULATOR:  # MAX_THREADS by default: on a GPU (in the simulator such a block costs ~1 s)
+        with pytest.raises(ValueError, match="a block of 1024 threads"):
+            core.run_cases("Exercise 1.2", scale_kernel, cases, hint="h")
+    with pytest.raises(ValueError, match="a block of 64 threads"):
+        core.run_cases("Exercise 1.2", scale_kernel, cases, hint="h", largest=64)

@@ -133,6 +133,14 @@ def test_inputs_are_random_not_ramps():
      ["must be Python ints"]),
     ("offset = 4 + 4 * ndim", "offset = np.int64(4 + 4 * ndim)", ["must be Python ints"]),
     ("if ndim == 0:", "if ndim == 0 or ndim > 3:", ["your function raised ValueError"]),  # refuses a valid header
+    # the edge cases the spec names: sizes are UNSIGNED (2**31 read signed comes back negative), a file of zero
+    # items is valid, and the dtype is a NumPy dtype
+    ('"big") for k', '"big", signed=True) for k', ["read as a SIGNED int"]),
+    ("    return np.dtype(", "    if 0 in shape:\n        raise ValueError('empty')\n    return np.dtype(",
+     ["your function raised ValueError: empty"]),
+    ("return np.dtype(IDX_TYPES[code]), shape", "return IDX_TYPES[code], shape", ["expected the NumPy dtype"]),
+    ("return np.dtype(IDX_TYPES[code]), shape", "return str(np.dtype(IDX_TYPES[code])), shape",
+     ["expected the NumPy dtype"]),
 ])
 def test_header_edge_cases_rejected(old, new, says):
     msg = rejects(checks.check_parse_idx_header, mutant(parse_idx_header, old, new), "Exercise 1.1", says)

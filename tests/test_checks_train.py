@@ -26,9 +26,12 @@ def test_solutions_pass(capsys):
     ("opt.step(grads)", "pass", ["did not change"]),
     ("    return loss", "    return float(loss.copy_to_host()[0])", ["copied an array to the host"]),
     ("mlp_backward(Xb, yb, H, probs", "mlp_backward(Xb, yb, H, probs * 2", ["raised", "expected"]),
+    # the logits where the probabilities belong: the gradient is what the message names
+    ("mlp_backward(Xb, yb, H, probs", "mlp_backward(Xb, yb, H, logits", ["the gradient d"]),
 ])
 def test_train_step_rejects(old, new, says):
-    rejects(checks.check_train_step, mutant(T.train_step, old, new), "Exercise 6.1", says)
+    msg = rejects(checks.check_train_step, mutant(T.train_step, old, new), "Exercise 6.1", says)
+    assert "_HostCopy" not in msg, msg  # the trap says what happened, not its own name
 
 
 # Kept as a hand-written function: a chunked evaluation is another design, not an edit of the solution (which
@@ -43,6 +46,22 @@ def evaluate_mean_of_chunk_means(X_d, y_d, params, chunk=64):
     return float(np.mean(losses)), correct / X_d.shape[0]  # the last, short chunk weighs as much as a full one
 
 
+def evaluate_chunks_of(chunk):
+    """The mean of chunk means with chunks of `chunk` rows: right only when every chunk is full."""
+    return lambda X_d, y_d, params: evaluate_mean_of_chunk_means(X_d, y_d, params, chunk)
+
+
+def evaluate_loss_on_the_host(X_d, y_d, params):
+    """The loss as mean(-log p) of float32 probabilities copied back: inf for a confidently wrong row."""
+    _, logits = mlp_forward(X_d, params["W1"], params["b1"], params["W2"], params["b2"])
+    _, probs = cross_entropy(logits, y_d)
+    p = probs.copy_to_host()                                     # (N, 10): more than two scalars come back
+    y = y_d.copy_to_host()
+    with np.errstate(divide="ignore"):
+        loss = float(np.mean(-np.log(p[np.arange(len(y)), y])))
+    return loss, int(count_correct(logits, y_d).copy_to_host()[0]) / X_d.shape[0]
+
+
 def evaluate_ties_count():
     """evaluate, counting with a count_correct_kernel where a tie with an earlier class counts as a hit."""
     kernel = mutant(L.count_correct_kernel, "if best == y[r]:", "if logits[r, y[r]] >= logits[r, best]:")
@@ -51,7 +70,7 @@ def evaluate_ties_count():
 
 
 @pytest.mark.parametrize("fn, says", [
-    (evaluate_mean_of_chunk_means, ["loss: expected"]),
+    (evaluate_mean_of_chunk_means, ["loss: expected"]),  # chunks of 64
     (evaluate_ties_count(), ["ties counted as correct"]),
     (mutant(T.evaluate, "int(correct.copy_to_host()[0]) / X_d.shape[0]", "int(correct.copy_to_host()[0])"),
      ["got types"]),                                                     # the count, an int, not the fraction
@@ -59,6 +78,26 @@ def evaluate_ties_count():
     (mutant(T.evaluate, "loss, _ = cross_entropy(logits, y_d)", "loss, _ = cross_entropy(logits[:64], y_d[:64])"),
      ["loss: expected"]),
     (mutant(T.evaluate, "/ X_d.shape[0]", "/ 64"), ["accuracy: expected"]),
+    # more rows than a chunk, a partial last chunk: at the simulator's sizes too
+    (evaluate_chunks_of(100), ["loss: expected"]),
+    # two scalars come back, nothing larger
+    (evaluate_loss_on_the_host, ["copied an array of"]),
+    (mutant(T.evaluate, "    return float(", "    logits.copy_to_host()\n    return float("), ["copied an array of"]),
 ])
 def test_evaluate_rejects(fn, says):
     rejects(checks.check_evaluate, fn, "Exercise 6.2", says)
+
+
+def test_the_confidently_wrong_network_makes_a_host_loss_infinite(monkeypatch):
+    # without the copy trap, the loss from float32 probabilities is what fails: inf, named as such
+    from course.checks import loss as checks_loss
+    monkeypatch.setattr(checks_loss, "recorded_copies", _no_record)
+    rejects(checks.check_evaluate, evaluate_loss_on_the_host, "Exercise 6.2", ["underflowed to 0"])
+
+
+class _no_record:
+    def __enter__(self):
+        return []
+
+    def __exit__(self, *exc):
+        return False

@@ -4,6 +4,8 @@ import pytest
 from conftest import mutant, mutated, rejects
 from numba import cuda
 
+import course
+
 from course.checks import update as checks
 from course.update import adam_kernel, momentum_kernel, sgd_kernel
 
@@ -109,8 +111,9 @@ def test_cases_are_random_odd_sized_multi_step_and_varied():
         checks.check_adam_kernel(adam_kernel)
     finally:
         checks.run_inplace_steps = original
-    assert len(cases) == 12
-    assert sum(c["state"][0].size % c["block"] != 0 for c in cases) == 9  # the last block sticks out
+    gpu = 3 * (not course.SIMULATOR)  # a GPU adds one case per check: the largest block (on_a_gpu)
+    assert len(cases) == 12 + gpu
+    assert sum(c["state"][0].size % c["block"] != 0 for c in cases) == 9 + gpu  # the last block sticks out
     assert sum(c["state"][0].size % c["block"] == 0 for c in cases) == 3  # and one case per check of full blocks
     for c in cases:
         n = c["state"][0].size
@@ -124,4 +127,22 @@ def test_cases_are_random_odd_sized_multi_step_and_varied():
         assert not np.array_equal(grads[0], grads[1]), "a fresh gradient every step"
         assert all(isinstance(s, np.float32) for s in c["steps"][0][1]), "scalars reach the kernel as float32"
     assert len({c["block"] for c in cases}) >= 2                # several launch shapes
+    assert any(c["block"] == 1024 for c in cases) or course.SIMULATOR  # the largest block a spec allows
     assert any(c["grid"] * c["block"] - c["state"][0].size >= c["block"] for c in cases)  # a spare block
+
+
+# --- the failure names the quantity that is wrong (the state before the parameters it feeds) ----------------
+
+@pytest.mark.parametrize("check, solution, exercise, edits, array, says", [
+    (checks.check_adam_kernel, adam_kernel, "5.3",
+     [("(np.float32(1.0) - beta2) * gi * gi", "(np.float32(1.0) - beta1) * gi * gi")], "v", "SQUARED gradient"),
+    (checks.check_adam_kernel, adam_kernel, "5.3", [("beta1 * m[i] +", "beta2 * m[i] +")], "m",
+     "average of the gradient"),
+    (checks.check_adam_kernel, adam_kernel, "5.3",
+     [("/ (math.sqrt(vi / bc2) + eps)", "/ math.sqrt(vi / bc2 + eps)")], "p", "came out right"),
+    (checks.check_momentum_kernel, momentum_kernel, "5.2", [("+ g[i]", "+ (np.float32(1.0) - mu) * g[i]")], "v",
+     "the velocity"),
+], ids=["5.3 beta1 in v", "5.3 beta2 in m", "5.3 eps in the sqrt", "5.2 dampened velocity"])
+def test_a_wrong_state_array_is_named_before_the_parameters(check, solution, exercise, edits, array, says):
+    msg = rejects(check, mutated(solution, *edits), f"Exercise {exercise}", [f"(array {array})"])
+    assert says in msg, msg

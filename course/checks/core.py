@@ -2,8 +2,10 @@
 multiples of the block, several launch shapes, NaN-filled outputs (unwritten elements show), guard cells around
 every array (out-of-bounds writes show, and out-of-bounds reads stay inside memory the check owns), inputs
 compared after every launch (a kernel must not write into them), a synchronize after every launch (a GPU fault
-is reported with the case that caused it), and failures that say what is wrong and where, with the code-level
-hint kept for `hint("N.M")`."""
+is reported with the case that caused it), and failures that say what is wrong and where, with a ladder of
+hints for `hint("N.M")` (nudges, then the answer's code on request). Two machines' eyes on every kernel: a compile
+gate (what no GPU compiles, float64 in a float32 kernel) on either, and numba's simulator on a GPU too."""
+import contextlib
 import functools
 import inspect
 import os
@@ -22,11 +24,15 @@ GUARD_INT = -987654321
 # rounds twice
 INPLACE_ATOL, INPLACE_RTOL = 1e-6, 1e-5
 
-HINTS = {}        # "2.1" -> the code-level hint, printed by hint("2.1") only when a student asks
+HINTS = {}        # "2.1" -> the answer's code: the last level of hint("2.1", level=...), only when asked by name
+LADDERS = {}      # "2.1" -> its nudges (prose, no code): hint("2.1") gives the next one
+_hint_shown = {}  # "2.1" -> the highest level hint() has shown in this process
+ANSWERS_ENV = "COURSE_HINT_ANSWERS"  # "0": the hints' last level (the answer's code) is off (a teacher's choice)
 POISONED = None   # set to a description of the GPU fault once one has made this process's CUDA context unusable
 STUB_RE = re.compile(r"^Exercise \d+\.\d+: ")  # the label of the stub `python -m course exercises` writes
 _CHECKS_DIR = os.path.dirname(os.path.abspath(__file__))
 _COURSE_DIR = os.path.dirname(_CHECKS_DIR)  # the course package: the checks and the solutions they may call
+NO_ANSWERS_FILE = os.path.join(_CHECKS_DIR, "NO_HINT_ANSWERS")  # written by `student-build --no-hint-answers`
 # CUDA errors after which the context is unusable: every later call in the process fails with the same error
 STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS": 700, "CUDA_ERROR_LAUNCH_TIMEOUT": 702, "CUDA_ERROR_ASSERT": 710,
           "CUDA_ERROR_HARDWARE_STACK_ERROR": 714, "CUDA_ERROR_ILLEGAL_INSTRUCTION": 715,
@@ -34,6 +40,11 @@ STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS": 700, "CUDA_ERROR_LAUNCH_TIMEOUT": 702, "
           "CUDA_ERROR_INVALID_PC": 718, "CUDA_ERROR_LAUNCH_FAILED": 719}
 RESTART = ("This process's CUDA context is now unusable: every later GPU call fails, correct code included. "
            "Restart the kernel (Kernel > Restart) and re-run the notebook from the top.")
+
+
+class CheckSignal(Exception):
+    """A check's own trap, raised inside the student's code (a forbidden copy): `call` lets it through to the
+    check that set the trap, which says what happened."""
 
 
 class CheckFailure(AssertionError):
@@ -44,8 +55,11 @@ class CheckFailure(AssertionError):
         return [f"{type(self).__name__}: {self}"]
 
 
-def hint(exercise):
-    """Print the code-level hint of an exercise, e.g. hint("2.1"): ask for it after trying on your own."""
+def hint(exercise, level=None):
+    """The next rung of an exercise's hint ladder, e.g. hint("2.1"): a nudge (what to look at, a question), never
+    code; each call gives the next one. The last level, asked for by name (hint("2.1", level=3)), shows the
+    answer's code, unless the teacher turned it off (ANSWERS_ENV, or a student build made with
+    --no-hint-answers)."""
     key = str(exercise).replace("Exercise", "").strip()
     if key not in HINTS:  # the notebook imported only its own checks: load them all
         import importlib
@@ -54,7 +68,39 @@ def hint(exercise):
             importlib.import_module(f"course.checks.{m.name}")
     if key not in HINTS:
         raise ValueError(f"no exercise {key!r}; exercises with hints: {', '.join(sorted(HINTS))}")
-    print(f"Exercise {key}, more help:\n{HINTS[key]}")
+    print(hint_text(key, level))
+
+
+def hint_text(key, level=None):
+    """What hint(key, level) prints: level None is the rung after the last one shown (nudges only)."""
+    nudges = LADDERS.get(key, ())
+    last = len(nudges) + 1
+    if level is None:
+        level = min(_hint_shown.get(key, 0) + 1, max(len(nudges), 1))
+    if not 1 <= level <= last:
+        raise ValueError(f"exercise {key} has hint levels 1 to {last}")
+    _hint_shown[key] = max(_hint_shown.get(key, 0), level)
+    if level == last:
+        if not answers_shown():
+            return (f"Exercise {key}, level {last} of {last} (the answer's code) is turned off for this class: "
+                    f"your teacher chose it. Levels 1-{last - 1} are the nudges: hint('{key}', level=1) ...")
+        return (f"Exercise {key}, level {last} of {last}: this shows the answer (code). Try the nudges first "
+                f"(hint('{key}')).\n{HINTS[key]}")
+    more = (f"Next: hint('{key}') for another nudge." if level < len(nudges) else
+            f"That was the last nudge: hint('{key}', level={last}) shows the answer's code.")
+    return f"Exercise {key}, hint {level} of {last}:\n  {nudges[level - 1]}\n  {more}"
+
+
+def answers_shown():
+    """Whether the last level of the hints (the answer's code) is available: a teacher's switch, off under
+    ANSWERS_ENV=0 or in a student build made with --no-hint-answers (which writes NO_ANSWERS_FILE)."""
+    return os.environ.get(ANSWERS_ENV, "1") != "0" and not os.path.exists(NO_ANSWERS_FILE)
+
+
+def register_hints(number, answer, nudges):
+    """Exercise `number`'s hint ladder: the nudges (prose, no code) in order, then the answer's code."""
+    HINTS[number] = answer
+    LADDERS[number] = tuple(nudges)
 
 
 def _number(exercise):
@@ -219,7 +265,7 @@ def call(exercise, case, fn, *args, hint="read the error: it names the line of y
     __tracebackhide__ = True
     try:
         return fn(*args, **kw)
-    except CheckFailure:
+    except (CheckFailure, CheckSignal):
         raise
     except NotImplementedError as e:
         if STUB_RE.match(str(e)):
@@ -231,12 +277,13 @@ def call(exercise, case, fn, *args, hint="read the error: it names the line of y
         fail(exercise, case, f"your function raised {type(e).__name__}: {e}{_student_where(e)}", hint)
 
 
-def exercise(number, more):
-    """Decorator for a check(fn, ...): registers hint(number), stops on the stub, on an unusable GPU context,
-    turns an exception of the student's code into a CheckFailure and keeps the check's code (which computes
-    the answer) out of the traceback. The check returns a one-line summary of what it tried."""
+def exercise(number, more, nudges=()):
+    """Decorator for a check(fn, ...): registers hint(number) (`nudges`, then `more`: the answer's code), stops on
+    the stub, on an unusable GPU context, turns an exception of the student's code into a CheckFailure and keeps
+    the check's code (which computes the answer) out of the traceback. The check returns a one-line summary of
+    what it tried."""
     def wrap(check):
-        HINTS[number] = more
+        register_hints(number, more, nudges)
 
         @functools.wraps(check)
         def run(fn, *args, **kw):
@@ -284,13 +331,13 @@ class Padded:
     `host` the whole buffer as it was sent. A write past an edge changes a cell (`guards`, `unchanged` see it),
     and a read past an edge gets `fill` instead of faulting (on a GPU as in the simulator)."""
 
-    def __init__(self, a, guard, fill):
+    def __init__(self, a, guard, fill, to_device=None):
         a = np.asarray(a)
         self.shape, self.guard, self.fill = a.shape, guard, fill
         self.inner = tuple(slice(guard, guard + n) for n in a.shape)
         self.host = np.full(tuple(n + 2 * guard for n in a.shape), fill, dtype=a.dtype)
         self.host[self.inner] = a
-        self.buf = cuda.to_device(self.host)
+        self.buf = (to_device or cuda.to_device)(self.host)  # to_device: the simulator's, on a GPU (simulator_eyes)
         self.view = self.buf[self.inner]
 
     def guards(self, exercise, case, hint):
@@ -318,25 +365,25 @@ class Padded:
                  f"{(~same).sum()} cells changed): inputs must stay as they were, write only the output", hint)
 
 
-def padded_output(shape, dtype, guard):
+def padded_output(shape, dtype, guard, to_device=None):
     """An output: filled with NaN (floats) or a sentinel (ints) so that an element left unwritten shows, inside
     GUARD_* cells so that a write past any edge shows."""
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
-        return Padded(np.full(tuple(shape), np.nan, dtype), guard, GUARD_FLOAT)
-    return Padded(np.full(tuple(shape), GUARD_INT + 1, dtype), guard, GUARD_INT)
+        return Padded(np.full(tuple(shape), np.nan, dtype), guard, GUARD_FLOAT, to_device)
+    return Padded(np.full(tuple(shape), GUARD_INT + 1, dtype), guard, GUARD_INT, to_device)
 
 
-def padded_input(a, guard):
+def padded_input(a, guard, to_device=None):
     """An input: `a` inside padding cells of NaN (which poisons whatever a read past an edge touches, even a product
     with 0) or index 0 (so that a gathered index stays valid); compare it after the launch with `unchanged`."""
     a = np.asarray(a)
-    return Padded(a, guard, np.nan if a.dtype.kind == "f" else 0)
+    return Padded(a, guard, np.nan if a.dtype.kind == "f" else 0, to_device)
 
 
-def padded_inout(a, guard):
+def padded_inout(a, guard, to_device=None):
     """An in/out array (an update kernel's parameters and state): `a`'s values inside GUARD_FLOAT cells."""
-    return Padded(a, guard, GUARD_FLOAT)
+    return Padded(a, guard, GUARD_FLOAT, to_device)
 
 
 def unwritten(got, dtype):
@@ -375,6 +422,76 @@ def factor(got, expected):
     return c if abs(c - 1) > 1e-3 and np.allclose(r, c, rtol=1e-3) else None
 
 
+class Machine:
+    """Where a check's case runs: `to_device` makes its buffers, `launch` runs the kernel, `where` starts the
+    case's name (the simulator's run on a GPU says so)."""
+
+    def __init__(self, to_device, launch, where=""):
+        self.to_device, self.launch, self.where = to_device, launch, where
+
+
+ON_THIS_DEVICE = Machine(None, lambda *a: launch(*a))  # cuda.to_device, this machine's CUDA (GPU or simulator)
+SIM_ENV = "COURSE_SIMULATOR_EYES"  # "0": on a GPU, skip the simulator's run; "always": in the simulator too (tests)
+
+
+def simulator_eyes(cases, run_case, odd, instrument=True):
+    """On a GPU, run the smallest case for which odd(case) through numba-cuda's simulator too, in this process:
+    its bounds checks see a read past an input's end that guard cells hide on a GPU, its NaN-filled shared and
+    local arrays a read of a cell no thread wrote, and its thread order (each thread runs up to a barrier) a
+    missing cuda.syncthreads() that the GPU's warps happened to hide. Nothing in the simulator: it ran them all.
+    `instrument=False`: run_case installs its own simulator instruments (course.device.instruments)."""
+    __tracebackhide__ = True
+    if (course.SIMULATOR and os.environ.get(SIM_ENV) != "always") or os.environ.get(SIM_ENV, "1") == "0":
+        return
+    from course import device
+    small = min((c for c in cases if odd(c)), key=_threads, default=None)
+    if small is None:
+        return
+    sim = Machine(device.simulator_to_device, _simulator_launch,
+                  "in numba's simulator (which the checks run on a GPU too, for what a GPU does not show) ")
+    if not instrument:
+        return run_case(small, sim)
+    with device.instruments(fill=_nan_fill):
+        run_case(small, sim)
+
+
+def _threads(c):
+    """How many GPU threads a case launches (what the simulator's run costs)."""
+    return prod(_dims(c["grid"])) * prod(_dims(c["block"]))
+
+
+def _nan_fill(a):
+    """Fill a new shared or local array as a GPU never would: NaN (floats) or a sentinel, so a read before any
+    write shows in the result."""
+    a.fill(np.nan if a.dtype.kind == "f" else GUARD_INT)
+
+
+def _simulator_launch(exercise, case, kernel, grid, block, args, hint):
+    """Launch `kernel`'s simulated twin (course.device.simulated); an IndexError is an out-of-bounds access."""
+    __tracebackhide__ = True
+    from course import device
+    sim = device.simulated(kernel)
+    try:
+        with quiet_simulator():
+            sim[grid, block](*args)
+    except Exception as e:
+        settle_simulator(sim)
+        if isinstance(e, IndexError):
+            fail(exercise, case, f"out-of-bounds access: {e} (on a GPU the read got a guard cell's value, "
+                 "which this result did not show)", hint)
+        fail(exercise, case, f"your kernel raised {type(e).__name__}: {e}", hint)
+
+
+@contextlib.contextmanager
+def quiet_simulator():
+    """While a kernel runs: no RuntimeWarning from NumPy (a simulated thread's 0 / 0 prints one above the check's
+    message; a GPU says nothing, and the check's message names the NaN it gives)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
 def settle_simulator(kernel, timeout=30.0):
     """After a simulated kernel raised: wait for its threads and restore `cuda` (course.device.settle_simulator)."""
     from course.device import settle_simulator
@@ -383,10 +500,13 @@ def settle_simulator(kernel, timeout=30.0):
 
 def launch(exercise, case, kernel, grid, block, args, hint):
     """Launch and synchronise, turning an out-of-bounds access, an exception or a GPU fault into a check
-    failure that names the case."""
+    failure that names the case. First the compile gate (`compile_gate`): on either machine, a kernel that no
+    GPU compiles, or one that computes in float64 on float32 arrays, fails before it runs."""
     __tracebackhide__ = True
+    compile_gate(exercise, case, kernel, args)
     try:
-        kernel[grid, block](*args)
+        with quiet_simulator():
+            kernel[grid, block](*args)
         cuda.synchronize()  # a fault of this launch shows here, with this case, not at a later allocation
     except Exception as e:
         if _sticky(e):
@@ -430,6 +550,31 @@ def require_round_and_odd(exercise, cases):
         raise ValueError(f"{exercise}'s check has no case whose sizes are {missing} the block: add one")
 
 
+MAX_THREADS = 1024  # the most threads a block may have, on every CUDA GPU so far: what a spec allows by default
+
+
+def require_largest_block(exercise, cases, largest=None):
+    """A check's cases must launch the largest block the kernel's spec allows: a shared or local array sized for
+    the blocks the check happens to use passes otherwise. `largest` given (a spec that sizes memory by the block,
+    or fixes the block): on either machine; else MAX_THREADS, on a GPU (`on_a_gpu`: in the simulator a block of
+    1024 Python threads costs about a second per check, measured)."""
+    if largest is None and course.SIMULATOR:
+        return
+    largest = MAX_THREADS if largest is None else largest
+    if not any(_threads_per_block(c["block"]) == largest for c in cases):
+        raise ValueError(f"{exercise}'s check has no case with a block of {largest} threads, the largest its spec "
+                         "allows: add one")
+
+
+def on_a_gpu(*cases):
+    """The cases on a GPU, none in the simulator: `[..., *on_a_gpu(case), ...]` in a check's list of shapes."""
+    return cases if not course.SIMULATOR else ()
+
+
+def _threads_per_block(block):
+    return prod(_dims(block))
+
+
 def _arg_names(kernel, count):
     py = getattr(kernel, "py_func", kernel)
     try:
@@ -439,81 +584,113 @@ def _arg_names(kernel, count):
     return [names[k] if k < len(names) else f"argument {k + 1}" for k in range(count)]
 
 
-def run_cases(exercise, kernel, cases, hint, atol=0.0, rtol=0.0, diagnose=None):
+def run_cases(exercise, kernel, cases, hint, atol=0.0, rtol=0.0, diagnose=None, largest=None):
     """Run every case: dict(name, grid, block, inputs, expected) and report the first problem; return a summary.
 
     `inputs` are host arrays (copied to guarded device buffers) or scalars; `expected` is one host array or a
     tuple of them: the kernel's outputs, passed after the inputs, each NaN-filled and guarded. The cases must
     include sizes that are multiples of the block and sizes that are not (`unit`, if given, replaces the block
-    as what sizes are multiples of). After each launch every input is compared with what it was."""
+    as what sizes are multiples of). After each launch every input is compared with what it was. `largest`: the
+    most threads a block may have under the kernel's spec (MAX_THREADS unless it fixes the block): some case must
+    launch it (require_largest_block)."""
     __tracebackhide__ = True
     raise_if_unimplemented(kernel)
     require_round_and_odd(exercise, cases)
+    require_largest_block(exercise, cases, largest)
     for c in cases:
-        expected = c["expected"] if isinstance(c["expected"], tuple) else (c["expected"],)
-        guard = max(max(_dims(c["block"])), 4)
-        outs = [padded_output(e.shape, e.dtype, guard) for e in expected]
-        args, inputs = [], {}
-        for k, a in enumerate(c["inputs"]):
-            a = np.asarray(a)
-            if a.ndim == 0:
-                args.append(a[()])
-                continue
-            inputs[k] = padded_input(a, guard)
-            args.append(inputs[k].view)
-        args += [out.view for out in outs]
-        case = f"with {c['name']}, grid={c['grid']}, block={c['block']}"
-        launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
-        check_inputs(exercise, case, inputs, _arg_names(kernel, len(args)), hint)
-        for k, (out, e) in enumerate(zip(outs, expected)):
-            which = f" (output {k + 1} of {len(expected)})" if len(expected) > 1 else ""
-            got = out.guards(exercise, case + which, hint)
-            compare(exercise, case + which, got, e, atol, rtol, hint, diagnose)
+        _run_case(exercise, kernel, c, hint, atol, rtol, diagnose, ON_THIS_DEVICE)
+    simulator_eyes(cases, lambda c, on: _run_case(exercise, kernel, c, hint, atol, rtol, diagnose, on),
+                   lambda c: not is_round(c))
     shapes = sorted({str(c["block"]) for c in cases})
     return (f"{len(cases)} random cases (sizes that are and are not multiples of the block), "
             f"blocks {', '.join(shapes)}")
 
 
-def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INPLACE_RTOL):
+def _run_case(exercise, kernel, c, hint, atol, rtol, diagnose, on):
+    """One case of run_cases, on `on` (ON_THIS_DEVICE, or the simulator on a GPU machine: simulator_eyes)."""
+    __tracebackhide__ = True
+    expected = c["expected"] if isinstance(c["expected"], tuple) else (c["expected"],)
+    guard = max(max(_dims(c["block"])), 4)
+    outs = [padded_output(e.shape, e.dtype, guard, on.to_device) for e in expected]
+    args, inputs = [], {}
+    for k, a in enumerate(c["inputs"]):
+        a = np.asarray(a)
+        if a.ndim == 0:
+            args.append(a[()])
+            continue
+        inputs[k] = padded_input(a, guard, on.to_device)
+        args.append(inputs[k].view)
+    args += [out.view for out in outs]
+    case = f"{on.where}with {c['name']}, grid={c['grid']}, block={c['block']}"
+    on.launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
+    check_inputs(exercise, case, inputs, _arg_names(kernel, len(args)), hint)
+    for k, (out, e) in enumerate(zip(outs, expected)):
+        which = f" (output {k + 1} of {len(expected)})" if len(expected) > 1 else ""
+        got = out.guards(exercise, case + which, hint)
+        compare(exercise, case + which, got, e, atol, rtol, hint, diagnose)
+
+
+def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INPLACE_RTOL, largest=None):
     """Run every case of an in-place update kernel for several steps and report the first problem.
 
     A case is dict(name, grid, block, names, state, steps): `state` are the host arrays updated in place
     (parameters first, then the optimizer's state, as named by `names`); each step is
     (gradient, scalars, expected state after the step). The kernel is called as
-    kernel(state[0], gradient, *state[1:], *scalars): parameters, gradient, state, hyperparameters."""
+    kernel(state[0], gradient, *state[1:], *scalars): parameters, gradient, state, hyperparameters. `hint` is a
+    sentence, or a dict from an array's name to what to look at when that array is wrong (None: the rest).
+    `largest` as in run_cases."""
     __tracebackhide__ = True
     raise_if_unimplemented(kernel)
+    require_largest_block(exercise, cases, largest)
     unit = lambda c: c.get("unit", c["block"])  # noqa: E731
     if {all(a.size % unit(c) == 0 for a in c["state"]) for c in cases} != {True, False}:
         raise ValueError(f"{exercise}'s check needs sizes that are and are not multiples of the block")
     for c in cases:
-        block = c["block"] if isinstance(c["block"], tuple) else (c["block"],)
-        grid = c["grid"] if isinstance(c["grid"], tuple) else (c["grid"],)
-        threads = prod(grid) * prod(block)  # guard cells cover every thread past the end, spare blocks too
-        guard = max(max(block), 4, threads - min(a.size for a in c["state"]))
-        bufs = [padded_inout(a, guard) for a in c["state"]]
-        before = [np.asarray(a) for a in c["state"]]
-        for k, (g, scalars, expected) in enumerate(c["steps"], 1):
-            case = f"with {c['name']}, step {k} of {len(c['steps'])}, grid={c['grid']}, block={c['block']}"
-            views = [p.view for p in bufs]
-            grad = padded_input(g, guard)
-            args = [views[0], grad.view, *views[1:], *scalars]
-            launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
-            for p, name, e, prev in zip(bufs, c["names"], expected, before):
-                where = f"{case} (array {name})"
-                got = p.guards(exercise, where, hint)
-                stale = (got == prev) & ~np.isclose(e, prev, atol=atol, rtol=rtol)
-                if stale.any():
-                    idx = tuple(int(i) for i in np.argwhere(stale)[0])
-                    fail(exercise, where, f"{name}{list(idx)} did not change in this step (it still holds "
-                         f"{prev[idx]!r}, expected {e[idx]!r}): never written, or the update came out as zero? "
-                         f"({stale.sum()} of {stale.size} elements unchanged)", hint)
-                compare(exercise, where, got, e, atol, rtol, hint)
-            grad.unchanged(exercise, case, "g (the gradient)", hint)
-            before = list(expected)
+        _run_inplace_case(exercise, kernel, c, hint, atol, rtol, ON_THIS_DEVICE)
+    simulator_eyes(cases, lambda c, on: _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on),
+                   lambda c: not all(a.size % unit(c) == 0 for a in c["state"]))
     shapes = sorted({str(c["block"]) for c in cases})
     return (f"{len(cases)} random cases x {len(cases[0]['steps'])} steps (sizes that are and are not multiples "
             f"of the block), blocks {', '.join(shapes)}")
+
+
+
+def _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on):
+    """One case of run_inplace_steps, on `on` (as _run_case)."""
+    __tracebackhide__ = True
+    hints = dict(hint) if isinstance(hint, dict) else {None: hint}
+    hint = hints[None]
+    block = c["block"] if isinstance(c["block"], tuple) else (c["block"],)
+    grid = c["grid"] if isinstance(c["grid"], tuple) else (c["grid"],)
+    threads = prod(grid) * prod(block)  # guard cells cover every thread past the end, spare blocks too
+    guard = max(max(block), 4, threads - min(a.size for a in c["state"]))
+    bufs = [padded_inout(a, guard, on.to_device) for a in c["state"]]
+    before = [np.asarray(a) for a in c["state"]]
+    for k, (g, scalars, expected) in enumerate(c["steps"], 1):
+        case = f"{on.where}with {c['name']}, step {k} of {len(c['steps'])}, grid={c['grid']}, block={c['block']}"
+        views = [p.view for p in bufs]
+        grad = padded_input(g, guard, on.to_device)
+        args = [views[0], grad.view, *views[1:], *scalars]
+        on.launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
+        for k in _state_first(len(bufs)):  # the state (m, v) before p: a wrong v is named v, not p
+            p, name, e, prev = bufs[k], c["names"][k], expected[k], before[k]
+            where = f"{case} (array {name})"
+            hint = hints.get(name, hints[None])
+            got = p.guards(exercise, where, hint)
+            stale = (got == prev) & ~np.isclose(e, prev, atol=atol, rtol=rtol)
+            if stale.any():
+                idx = tuple(int(i) for i in np.argwhere(stale)[0])
+                fail(exercise, where, f"{name}{list(idx)} did not change in this step (it still holds "
+                     f"{prev[idx]!r}, expected {e[idx]!r}): never written, or the update came out as zero? "
+                     f"({stale.sum()} of {stale.size} elements unchanged)", hint)
+            compare(exercise, where, got, e, atol, rtol, hint)
+        grad.unchanged(exercise, case, "g (the gradient)", hints[None])
+        before = list(expected)
+
+
+def _state_first(count):
+    """The order in which an update kernel's arrays are compared: the optimizer's state, then the parameters."""
+    return [*range(1, count), 0]
 
 
 _THREAD_ATTRS = {"threadIdx", "laneid", "grid", "warpid"}  # cuda.<these> differ between the threads of a block
@@ -560,3 +737,109 @@ def divergent_barriers(kernel):
             if any(isinstance(n, ast.Return) for n in ast.walk(node)):
                 found += [first + b.lineno for b in barriers if b.lineno > node.lineno and b not in inner]
     return sorted(set(found))
+
+
+# --- the compile gate: what a GPU's compiler refuses, and float64 in float32 kernels, on either machine --------
+
+GATE_ENV = "COURSE_COMPILE_GATE"  # "0" turns the gate off (to see what the simulator alone says)
+_gate_answers = {}  # (the kernel's description, argument types) -> the compiler's answer: once per kernel
+_gate_worker = None
+COMPILE_HINT = ("a kernel is compiled for the GPU before it runs (the simulator runs it as Python, so it accepts "
+                "more): inside a kernel use only scalar arithmetic, math.*, cuda.*, array indexing and "
+                "np.float32(...) casts; no generator expressions or sum(), np.dot or other whole-array NumPy, "
+                "try/except, lists or dicts; an `if` guard, not an exception, keeps an index in bounds")
+FLOAT64_HINT = ("in numba a bare literal (0.0, 1, 255), float(...) and an int or a float64 mixed with a float32 "
+                "all give float64, which a GPU computes many times slower and rounds differently: write "
+                "np.float32(0.0), np.float32(1.0) - beta1, x * np.float32(1 / 255), so that every operation has "
+                "float32 operands")
+
+
+def compile_gate(exercise, case, kernel, args):
+    """Fail if `kernel` does not compile for a GPU with these arguments' types, with numba's reason and line, or
+    if (every floating-point argument being float32) a statement computes in float64, naming the line. Compiled
+    once per kernel source and argument types: in the simulator by a GPU-mode worker process (no GPU needed), on
+    a GPU in this process. A kernel that cannot be described (a closure, ...) or a worker that cannot start goes
+    without the gate."""
+    __tracebackhide__ = True
+    answer = _gate_answer(kernel, args)
+    if answer is None or "skip" in answer:
+        return
+    err = answer["error"]
+    if err:
+        where = _gate_where(*((err["file"], err["line"]) if err["line"] else _line_naming(kernel, err["reason"])))
+        fail(exercise, case, f"no GPU can compile your kernel, though the simulator runs it: numba says "
+             f"\"{err['reason']}\"{where}", COMPILE_HINT)
+    if answer["float64"] and _float32_only(args):
+        (file, line, fn), *more = answer["float64"]
+        others = sorted({ln for _, ln, _ in more if ln != line})
+        also = f" (and line{'s' if len(others) > 1 else ''} {', '.join(map(str, others))})" if others else ""
+        fail(exercise, case, f"your kernel computes in float64 though its arrays are float32: "
+             f"{_gate_where(file, line, fn).strip(' ()')}{also}", FLOAT64_HINT)
+
+
+def _gate_where(file, line, fn=None):
+    """' (line 7 of kernel: `acc = acc + x`)' for a source position, or ''."""
+    from course.tools.gate import source_line
+    if not line:
+        return ""
+    text = source_line(file, line) if file else ""
+    return f" (line {line}{f' of {fn}' if fn else ''}{f': `{text}`' if text else ''})"
+
+
+EXCEPT_RE = r"^\s*except\b"  # numba's `exception_match` is an `except` clause
+
+
+def _line_naming(kernel, reason):
+    """(file, line) of the first line of kernel's code, or of a device function it calls, that names what
+    numba's reason names (`Function(<built-in function dot>)`, `attribute 'dot'`): numba did not say where."""
+    from course.tools.gate import called_device_functions
+    names = [n for pair in re.findall(r"(?:function|intrinsic) (\w+)>|attribute '(\w+)'", reason) for n in pair if n]
+    patterns = [EXCEPT_RE if n == "exception_match" else rf"\b{n}\s*\(" for n in names]
+    for fn in [kernel, *called_device_functions(kernel)]:
+        try:
+            lines, first = inspect.getsourcelines(fn.py_func)
+        except (OSError, TypeError):
+            continue
+        for k, line in enumerate(lines):
+            if any(re.search(p, line) for p in patterns):
+                return fn.py_func.__code__.co_filename, first + k
+    return None, None
+
+
+def _float32_only(args):
+    """Whether no argument is float64 (an array's dtype or a scalar): then the spec asks for float32 throughout."""
+    return not any(np.dtype(getattr(a, "dtype", type(a) if isinstance(a, float) else np.int64)) == np.float64
+                   for a in args)
+
+
+def _gate_answer(kernel, args):
+    """The compiler's answer for kernel and args' types (cached), or None when the gate is off or cannot run."""
+    from course import device
+    from course.tools import gate
+    if os.environ.get(GATE_ENV, "1") == "0" or not hasattr(kernel, "py_func") or device.simulator_only():
+        return None
+    try:
+        spec, argtypes = gate.describe(kernel), [gate.arg_type(a) for a in args]
+        key = (json_key(spec), json_key(argtypes))
+    except (gate.Untransportable, OSError, TypeError, ValueError, StopIteration):
+        return None  # no source (typed at a prompt), or a global without a value form: no gate
+    if key not in _gate_answers:
+        _gate_answers[key] = _ask_compiler(kernel, spec, argtypes)
+    return _gate_answers[key]
+
+
+def json_key(x):
+    """A hashable, canonical form of a JSON-able value."""
+    import json
+    return json.dumps(x, sort_keys=True)
+
+
+def _ask_compiler(kernel, spec, argtypes):
+    """Compile: in this process on a GPU, else in the worker (started on first use)."""
+    global _gate_worker
+    from course.tools import gate
+    if not course.SIMULATOR:
+        return gate.analyse(kernel, gate.numba_types(argtypes))
+    if _gate_worker is None:
+        _gate_worker = gate.Worker()
+    return _gate_worker.ask(spec, argtypes)

@@ -2,11 +2,17 @@
 import numpy as np
 
 import course
-from course.checks.core import call, exercise, fail, run_cases
+from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_cases
 from course.util import cdiv
 
 
-@exercise("1.1", more="""\
+@exercise("1.1", nudges=(
+    "The header is a 4-byte magic number, then one 4-byte size per dimension. Which byte of the magic says "
+    "how many dimensions there are, and which one the element type?",
+    "The sizes are big-endian UNSIGNED 32-bit integers: read as signed, a size of 2**31 or more comes back "
+    "negative. The dtype is a NumPy dtype object, not a string. Before each read: is the buffer long enough? "
+    "A size of 0 (a file of no items) is valid.",
+), more="""\
   magic = buf[0:4]: bytes 0 and 1 must both be 0, byte 2 is the type code, byte 3 = ndim (at least 1)
   check len(buf) >= 4 before reading the magic, and len(buf) >= 4 + 4 * ndim before reading the sizes
   shape = tuple(int.from_bytes(buf[4 + 4*k : 8 + 4*k], "big") for k in range(ndim))   # Python ints
@@ -21,30 +27,9 @@ def check_parse_idx_header(parse_idx_header, seed=0):
         code = int(rng.choice(list(codes)))
         ndim = int(rng.integers(1, 5))
         shape = tuple(int(s) for s in rng.integers(1, 70000 if ndim == 1 else 300, size=ndim))
-        header = bytes([0, 0, code, ndim]) + b"".join(s.to_bytes(4, "big") for s in shape)
-        payload = trial % 4 != 3  # every fourth header alone: a file of zero items is a header and no payload
-        case = f"a header {header.hex(' ')}" + (" + payload" if payload else " (the header alone, no payload)")
-        buf = header + bytes(rng.integers(0, 256, 8, dtype=np.uint8)) if payload else header
-        got = call(ex, f"with {case}", parse_idx_header, buf,
-                   hint="this header is valid: raise only for what the spec calls malformed")
-        want = (np.dtype(codes[code]), shape, 4 + 4 * ndim)
-        if not (isinstance(got, tuple) and len(got) == 3):
-            fail(ex, case, f"expected a tuple (dtype, shape, offset), got {got!r}",
-                  "return all three: the numpy dtype, the shape as a tuple of ints, and the payload offset")
-        if np.dtype(got[0]) != want[0]:
-            fail(ex, case, f"dtype: expected {want[0]!r}, got {got[0]!r}",
-                  "byte 2 is the type code; IDX stores multi-byte numbers big-endian ('>')")
-        if not isinstance(got[1], tuple) or tuple(int(s) for s in got[1]) != want[1]:
-            fail(ex, case, f"shape: expected {want[1]}, got {got[1]!r}",
-                  "byte 3 is the number of dimensions; each size is a 4-byte BIG-endian unsigned int; "
-                  "return the shape as a tuple")
-        if not all(type(s) is int for s in got[1]) or type(got[2]) is not int:
-            kinds = ", ".join(type(s).__name__ for s in (*got[1], got[2]))
-            fail(ex, case, f"the sizes and offset must be Python ints, got {kinds}",
-                  "numpy integers overflow silently in products like rows * cols; convert with int(...)")
-        if got[2] != want[2]:
-            fail(ex, case, f"offset: expected {want[2]}, got {got[2]}",
-                  "the payload starts after the 4 magic bytes and 4 bytes per dimension")
+        _check_header(ex, parse_idx_header, codes, code, shape, trial % 4 != 3, rng)  # every 4th: no payload
+    for code, shape in EDGE_HEADERS:  # what the spec names: a size of 0, a size of 2**31 (unsigned)
+        _check_header(ex, parse_idx_header, codes, code, shape, False, rng)
     bad = {"a wrong magic (first byte not zero)": b"\x01\x00\x08\x01" + b"\x00\x00\x00\x05",
            "a wrong magic (second byte not zero)": b"\x00\x01\x08\x01" + b"\x00\x00\x00\x05",
            "an unknown type code 0x07": b"\x00\x00\x07\x01" + b"\x00\x00\x00\x05",
@@ -63,10 +48,55 @@ def check_parse_idx_header(parse_idx_header, seed=0):
             fail(ex, f"with {what}", f"raised {type(e).__name__}: {e}",
                   "check lengths and magic yourself and raise ValueError with a clear message")
         fail(ex, f"with {what}", "no ValueError was raised", "validate before trusting the header")
-    return f"20 random headers (5 without payload), {len(bad)} malformed ones rejected"
+    return (f"20 random headers (5 without payload), {len(EDGE_HEADERS)} with a size of 0 or of 2**31, "
+            f"{len(bad)} malformed ones rejected")
 
 
-@exercise("1.2", more="""\
+# (type code, shape): a file of zero items, and sizes that come back negative if unpacked as signed 32-bit ints
+EDGE_HEADERS = [(0x08, (0,)), (0x08, (0, 28, 28)), (0x0C, (2**31,)), (0x0D, (3, 2**31))]
+
+
+def _check_header(ex, parse_idx_header, codes, code, shape, payload, rng):
+    """Parse one valid header (with a few payload bytes after it, or alone) and fail on any wrong part."""
+    __tracebackhide__ = True
+    ndim = len(shape)
+    header = bytes([0, 0, code, ndim]) + b"".join(s.to_bytes(4, "big") for s in shape)
+    case = f"a header {header.hex(' ')}" + (" + payload" if payload else " (the header alone, no payload)")
+    buf = header + bytes(rng.integers(0, 256, 8, dtype=np.uint8)) if payload else header
+    got = call(ex, f"with {case}", parse_idx_header, buf,
+               hint="this header is valid (a size of 0 too: a file of no items): raise only for what the spec "
+                    "calls malformed")
+    want = (np.dtype(codes[code]), shape, 4 + 4 * ndim)
+    if not (isinstance(got, tuple) and len(got) == 3):
+        fail(ex, case, f"expected a tuple (dtype, shape, offset), got {got!r}",
+             "return all three: the numpy dtype, the shape as a tuple of ints, and the payload offset")
+    if not isinstance(got[0], np.dtype):
+        fail(ex, case, f"dtype: expected the NumPy dtype {want[0]!r}, got the {type(got[0]).__name__} {got[0]!r}",
+             "return a dtype object (np.dtype(...)): np.frombuffer and .astype take it, and == compares it")
+    if got[0] != want[0]:
+        fail(ex, case, f"dtype: expected {want[0]!r}, got {got[0]!r}",
+             "byte 2 is the type code; IDX stores multi-byte numbers big-endian ('>')")
+    if not isinstance(got[1], tuple) or tuple(int(s) for s in got[1]) != want[1]:
+        negative = isinstance(got[1], tuple) and any(int(s) < 0 for s in got[1])
+        fail(ex, case, f"shape: expected {want[1]}, got {got[1]!r}" + (
+             ": a negative size is a size of 2**31 or more read as a SIGNED int" if negative else ""),
+             "byte 3 is the number of dimensions; each size is a 4-byte BIG-endian UNSIGNED int; "
+             "return the shape as a tuple")
+    if not all(type(s) is int for s in got[1]) or type(got[2]) is not int:
+        kinds = ", ".join(type(s).__name__ for s in (*got[1], got[2]))
+        fail(ex, case, f"the sizes and offset must be Python ints, got {kinds}",
+             "numpy integers overflow silently in products like rows * cols; convert with int(...)")
+    if got[2] != want[2]:
+        fail(ex, case, f"offset: expected {want[2]}, got {got[2]}",
+             "the payload starts after the 4 magic bytes and 4 bytes per dimension")
+
+
+@exercise("1.2", nudges=(
+    "One thread per element: which element does this thread own, counted over every block of the grid, not "
+    "only inside its own block?",
+    "The grid has more threads than elements: what keeps the last block's spare threads from writing? And in "
+    "which type is the division: in numba 255 is an int and 255.0 a float64, while out is float32.",
+), more="""\
   i = cuda.grid(1)            # this thread's element
   if i < out.size:            # the last block has threads past the end
       out[i] = x[i] / np.float32(255.0)   # float32, not 255 (an int) or 255.0 (a float64)""")
@@ -75,6 +105,7 @@ def check_scale_kernel(scale_kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for n, block in ((course.pick(100_003, 1_003), 128), (course.pick(54_321, 517), 32), (7, 64),
+                     *on_a_gpu((1_000, MAX_THREADS)),  # the largest block there is
                      (course.pick(60_000 * 16, 512), 256), (64, 32)):  # the last two: whole blocks only
         x = rng.integers(0, 256, n, dtype=np.uint8)
         cases.append(dict(name=f"n={n}", grid=cdiv(n, block), block=block, inputs=[x],
@@ -84,7 +115,12 @@ def check_scale_kernel(scale_kernel, seed=0):
                           "the threads past the end that does not skip the last element; the division in float32")
 
 
-@exercise("1.3", more="""\
+@exercise("1.3", nudges=(
+    "Row r of the output is the row of X that the batch picked for it: which number picks it, r or the index "
+    "stored at position r?",
+    "Two grid axes: which one walks the columns (x: neighbouring threads then read neighbouring memory)? "
+    "Guard both of the output's dimensions.",
+), more="""\
   c, r = cuda.grid(2)          # x walks the columns: neighbouring threads read neighbouring memory
   if r < out.shape[0] and c < out.shape[1]:
       out[r, c] = X[idx[r], c]""")
@@ -93,6 +129,7 @@ def check_gather_kernel(gather_kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for (n, d, b), block in (((113, 45, 37), (16, 8)), ((61, 97, 29), (32, 4)), ((40, 7, 40), (8, 8)),
+                             *on_a_gpu(((50, 21, 19), (32, 32))),  # the largest block there is
                              ((70, 32, 24), (16, 8)), ((50, 64, 8), (32, 4))):  # the last two: whole blocks
         X = rng.standard_normal((n, d)).astype(np.float32)
         idx = rng.permutation(n)[:b].astype(np.int64)

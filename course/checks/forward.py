@@ -2,8 +2,10 @@
 import numpy as np
 
 import course
-from course.checks.core import exercise, run_cases
+from course.checks.core import exercise, on_a_gpu, run_cases
 from course.util import cdiv
+
+TILE = 16  # notebook 02's tile: the tiled kernels' block is (TILE, TILE), fixed by their spec
 
 ATOL = RTOL = 1e-4  # float32 sums of <= 100 products of N(0, 1) numbers, accumulated in another order than BLAS
 
@@ -23,7 +25,12 @@ def _cases(rng, shapes_blocks, extra_blocks=(0, 0)):
     return cases
 
 
-@exercise("2.1", more="""\
+@exercise("2.1", nudges=(
+    "One thread per element of C: which row and column does this thread own, and which grid axis walks the "
+    "columns (x)?",
+    "An element of C is the dot product of a row of A and a column of B over the dimension they share: how "
+    "long is it? Where does the sum start, and in which type (a float32 zero, not a bare 0.0)?",
+), more="""\
   col, row = cuda.grid(2)                     # x walks the columns of C
   if row < C.shape[0] and col < C.shape[1]:
       acc = np.float32(0.0)
@@ -35,6 +42,7 @@ def check_matmul_kernel(kernel, seed=0):
     block shapes, spare blocks."""
     rng = np.random.default_rng(seed)
     cases = _cases(rng, [((19, 37, 23), (16, 16)), ((9, 50, 33), (32, 4)), ((course.pick(70, 6), 8, 5), (8, 8)),
+                         *on_a_gpu(((21, 6, 19), (32, 32))),                               # the largest block
                          ((32, 20, 48), (16, 16)), ((8, 9, 64), (32, 4))])   # the last two: whole blocks
     cases += _cases(rng, [((13, 11, 21), (8, 8))], extra_blocks=(1, 2))  # spare blocks must do nothing
     return run_cases("Exercise 2.1", kernel, cases, atol=ATOL, rtol=RTOL,
@@ -43,7 +51,12 @@ def check_matmul_kernel(kernel, seed=0):
                           "A's columns, which are B's rows")
 
 
-@exercise("2.2", more="""\
+@exercise("2.2", nudges=(
+    "Each thread loads ONE element of A's tile and one of B's per step: which row and column of A does its "
+    "(ty, tx) pick at the tile's offset k0, and which of B?",
+    "Where a tile hangs over the matrix's edge, which value adds nothing to the dot product? And why must "
+    "every thread of the block reach each cuda.syncthreads(), even a thread outside C?",
+), more="""\
   each thread loads ONE element of each tile, or a zero where that index is outside A or B:
       sA[ty, tx] = A[row, k0 + tx]   if row < M and k0 + tx < K   else np.float32(0.0)
       sB[ty, tx] = B[k0 + ty, col]   if k0 + ty < K and col < N   else np.float32(0.0)
@@ -53,13 +66,18 @@ def check_tiled_matmul(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = _cases(rng, [((19, 37, 23), (16, 16)), ((1, 40, 5), (16, 16)), ((32, 48, 16), (16, 16))])
     cases += _cases(rng, [((course.pick(33, 17), 21, 17), (16, 16))], extra_blocks=(1, 1))
-    return run_cases("Exercise 2.2", kernel, cases, atol=ATOL, rtol=RTOL,
+    return run_cases("Exercise 2.2", kernel, cases, atol=ATOL, rtol=RTOL, largest=TILE * TILE,  # the tile's block
                      hint="look at the tile loads: one element of A's tile and one of B's per thread, each "
                           "bounds-checked against the matrix it comes from (rows AND columns), with a zero where "
                           "the tile hangs over the edge; every thread must reach every barrier")
 
 
-@exercise("2.3", more="""\
+@exercise("2.3", nudges=(
+    "Which bias goes with the output in row `row`, column `col`: there is one bias per output feature, and "
+    "the features are the columns.",
+    "Which comes first, the bias or the ReLU? Does the ReLU apply when relu is 0? And is every read, the "
+    "bias's too, inside the guard?",
+), more="""\
   if row < Y.shape[0] and col < Y.shape[1]:       # everything, the bias read included, inside the guard
       acc = dot of X's row and W's column (as in 2.1)
       acc += b[col]                               # one bias per output feature (column)
@@ -78,7 +96,7 @@ def check_linear_kernel(kernel, seed=0):
         grid = (cdiv(N, 16) + extra[0], cdiv(M, 16) + extra[1])
         cases.append(dict(name=f"X {X.shape} @ W {W.shape} + b, relu={relu}", grid=grid, block=(16, 16),
                           inputs=[X, W, b, relu], expected=np.maximum(Y, 0) if relu else Y))
-    return run_cases("Exercise 2.3", kernel, cases, atol=ATOL, rtol=RTOL,
+    return run_cases("Exercise 2.3", kernel, cases, atol=ATOL, rtol=RTOL, largest=TILE * TILE,  # the tile's block
                      hint="look at which threads write (only those inside Y), which element of b goes with an "
                           "output (one bias per output feature), whether the ReLU depends on relu, and whether the "
                           "bias is added before the clamp")

@@ -2,7 +2,7 @@
 import numpy as np
 from numba import cuda, float32
 
-from course.checks.core import call, exercise, fail, run_cases
+from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_cases
 
 WARP = 32
 SCRATCH = 1024  # the check's kernel: a shared cell per thread for the simulator's shuffles (blocks up to 1024)
@@ -28,7 +28,10 @@ def warp_sums_ref(x):
     return np.repeat(padded.reshape(-1, WARP).sum(axis=1), WARP)[:x.size].astype(np.float32)
 
 
-@exercise("10.2", more="""\
+@exercise("10.2", nudges=(
+    "A butterfly: in each exchange every lane adds the value of a partner lane, so that after all of them every lane holds the warp's sum. How many exchanges does a warp of 32 need?",
+    "The partner is the lane whose number differs in one bit: the bit's value halves from one exchange to the next, from 16 down to 1. Does every lane add, or only half of them?",
+), more="""\
   m = 16
   while m > 0:                      # 16, 8, 4, 2, 1: after the exchange with lane ^ m, every lane holds the sum
       v += shfl_xor(scr, v, m)      # of its group of 2m lanes
@@ -39,7 +42,7 @@ def check_warp_sum(warp_sum, seed=0):
     warps and blocks."""
     rng = np.random.default_rng(seed)
     cases = []
-    for n, block in ((64, 32), (100, 32), (256, 128), (300, 96), (37, 64)):
+    for n, block in ((64, 32), (100, 32), (256, 128), (300, 96), (37, 64), *on_a_gpu((2_100, MAX_THREADS))):
         x = rng.standard_normal(n).astype(np.float32)
         cases.append(dict(name=f"{n} values", grid=-(-n // block), block=block, inputs=[x], expected=warp_sums_ref(x)))
     return run_cases("Exercise 10.2", _warp_sum_kernel(warp_sum), cases, atol=1e-5, rtol=1e-5,
@@ -47,7 +50,11 @@ def check_warp_sum(warp_sum, seed=0):
                           "exchange does: add the partner's value to your own, in every lane")
 
 
-@exercise("10.3", more="""\
+@exercise("10.3", nudges=(
+    "The counter only grows, across barriers and launches. At a barrier every block adds one; the block that arrives last brings it to a multiple of the number of blocks.",
+    "From the count a block saw before its own add, which multiple of blocks is the one this barrier ends at? Think of the first block of the second barrier, and of the last block of the first.",
+), more="""\
+  # old: what this block's atomic add returned, the count before its own arrival
   return (old // blocks + 1) * blocks     # the next multiple of blocks above the count this block saw""")
 def check_barrier_target(barrier_target, seed=0):
     """Exercise 10.3: a grid of `blocks` blocks meets barrier after barrier; at each, the blocks count in one at a

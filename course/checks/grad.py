@@ -2,7 +2,7 @@
 import numpy as np
 
 import course
-from course.checks.core import exercise, factor, run_cases
+from course.checks.core import exercise, factor, on_a_gpu, run_cases
 from course.util import cdiv
 
 TOL = 1e-5  # float32: dZ2 is one subtraction and one division; the products sum <= 60 terms of size ~1
@@ -23,7 +23,11 @@ def _batch_factor(got, expected):
             "right; look at the division by the batch size (the loss is a mean over the rows)")
 
 
-@exercise("4.1", more="""\
+@exercise("4.1", nudges=(
+    "dZ is (probs - onehot(y)) / B: for the element in row r and column j, when is the one-hot 1?",
+    "The loss is a mean over the B rows: which division does that put into every element of its gradient, and "
+    "in which type (a float32)?",
+), more="""\
   j, r = cuda.grid(2)                       # x over the C classes, y over the B rows
   if r < dZ.shape[0] and j < dZ.shape[1]:
       g = probs[r, j]
@@ -34,6 +38,7 @@ def check_dlogits_kernel(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for (B, C), block in (((course.pick(37, 13), 10), (16, 16)), ((21, 7), (8, 4)), ((3, 10), (32, 2)),
+                          *on_a_gpu(((19, 10), (32, 32))),                          # the largest block
                           ((16, 10), (2, 8)), ((32, 8), (8, 4))):   # the last two: whole blocks
         probs = _probs(rng, B, C)
         y = rng.integers(0, C, B)
@@ -45,7 +50,11 @@ def check_dlogits_kernel(kernel, seed=0):
                           "dimensions, where the 1 of the one-hot label is subtracted, and the batch mean")
 
 
-@exercise("4.2", more="""\
+@exercise("4.2", nudges=(
+    "C is A^T B: its element (i, j) is a sum over the rows that A and B share. After the transpose, which "
+    "index of A is i?",
+    "Guard both of C's dimensions; which grid axis walks C's columns?",
+), more="""\
   j, i = cuda.grid(2)                        # C is (M, N): x over its columns j, y over its rows i
   if i < C.shape[0] and j < C.shape[1]:
       acc = sum over r in range(A.shape[0]) of A[r, i] * B[r, j]   (A read down a column: the transpose)
@@ -55,6 +64,7 @@ def check_matmul_tn_kernel(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for (R, M, N), block in (((23, 19, 10), (16, 16)), ((course.pick(45, 9), 33, 17), (32, 4)),
+                             *on_a_gpu(((7, 21, 10), (32, 32))),                    # the largest block
                              ((5, 7, 40), (8, 8)), ((9, 16, 32), (16, 16)), ((12, 8, 32), (32, 4))):
         A = rng.standard_normal((R, M)).astype(np.float32)  # (R, M): e.g. H, with R = batch rows
         B = rng.standard_normal((R, N)).astype(np.float32)  # (R, N): e.g. dZ2
@@ -65,7 +75,12 @@ def check_matmul_tn_kernel(kernel, seed=0):
                           "its transpose, and the guard on both of C's dimensions")
 
 
-@exercise("4.3", more="""\
+@exercise("4.3", nudges=(
+    "dH = (dZ W^T) masked by the ReLU: its element (r, i) sums over the output features j. How is W indexed "
+    "for its transpose?",
+    "Where H is exactly 0 the ReLU passed nothing forward, so it passes no gradient back: which value goes "
+    "there, and is that element still written?",
+), more="""\
   i, r = cuda.grid(2)                        # dH is (B, n_in): x over i, y over the rows r
   if r < dH.shape[0] and i < dH.shape[1]:
       acc = sum over j in range(dZ.shape[1]) of dZ[r, j] * W[i, j]      # (dZ @ W^T)[r, i]
@@ -75,6 +90,7 @@ def check_dhidden_kernel(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for (B, n_in, n_out), block in (((19, 23, 10), (16, 16)), ((course.pick(40, 7), 37, 7), (32, 4)),
+                                    *on_a_gpu(((9, 21, 6), (32, 32))),              # the largest block
                                     ((4, 9, 13), (8, 8)), ((8, 32, 10), (32, 4)), ((16, 16, 5), (16, 16))):
         dZ = rng.standard_normal((B, n_out)).astype(np.float32)           # (B, n_out)
         W = rng.standard_normal((n_in, n_out)).astype(np.float32)         # (n_in, n_out)

@@ -4,13 +4,17 @@ from math import prod
 import numpy as np
 
 import course
-from course.checks.core import call, exercise, fail, run_cases
+from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_cases
 from course.util import cdiv
 
 ATOL, RTOL = 1e-6, 1e-5  # float32: two products and two sums per element; a GPU fuses them into FMAs
 
 
-@exercise("7.1", more="""\
+@exercise("7.1", nudges=(
+    "A point of the plane: theta plus a times d1 plus b times d2. Which coefficient goes with which "
+    "direction?",
+    "theta, d1 and d2 are only read; one thread per element, with a guard.",
+), more="""\
   i = cuda.grid(1)
   if i < out.size:
       out[i] = theta[i] + a * d1[i] + b * d2[i]     # a with d1, b with d2; theta, d1, d2 only read""")
@@ -19,7 +23,7 @@ def check_combine_kernel(kernel, seed=0):
     spare block; theta, d1 and d2 must come back unchanged."""
     rng = np.random.default_rng(seed)
     cases = []
-    for n, block, spare in ((course.pick(100_003, 301), 128, 0), (97, 32, 0), (7, 64, 1),
+    for n, block, spare in ((course.pick(100_003, 301), 128, 0), (97, 32, 0), (7, 64, 1), *on_a_gpu((1_000, MAX_THREADS, 0)),
                             (course.pick(101_770 // 10 * 128, 256), 128, 0), (64, 32, 0)):  # whole blocks
         theta, d1, d2 = (rng.standard_normal(n).astype(np.float32) for _ in range(3))   # (n,) each
         a = np.float32(rng.uniform(0.3, 2.0) * rng.choice([-1, 1]))
@@ -40,7 +44,12 @@ def _project_ref(S, theta_n, d1, d2):
     return np.linalg.solve(D.T @ D, (R @ D).T).T                           # (n, 2)
 
 
-@exercise("7.2", more="""\
+@exercise("7.2", nudges=(
+    "Centre each snapshot on theta_n first: the plane passes through it. Then the closest point is a least "
+    "squares fit with two unknowns per snapshot.",
+    "Directions that are neither unit length nor orthogonal need the whole 2 x 2 Gram matrix of d1 and d2 "
+    "(the normal equations), in float64. Which column of the result is a (along d1)?",
+), more="""\
   R = snapshots - theta_n in float64                    # (n, P): centred on theta_n, a new array
   D = np.stack([d1, d2], axis=1) in float64             # (P, 2)
   G = D.T @ D                                           # (2, 2) Gram matrix
@@ -118,7 +127,12 @@ def _filter_normalize_ref(d, theta, layout, ignore_bias):
     return out
 
 
-@exercise("7.3", more="""\
+@exercise("7.3", nudges=(
+    "A filter is a COLUMN of a weight matrix shaped (in, out): the weights that feed one neuron. Each column "
+    "of the direction is rescaled to the norm of theta's column.",
+    "Biases: zero when ignore_bias, else theta's. The padding between tensors stays 0, d itself is not "
+    "modified, and the result is float32, like d.",
+), more="""\
   out = np.zeros_like(d)                                # float32, padding 0, d untouched
   for name, shape, o in layout:
       n = prod(shape)

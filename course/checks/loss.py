@@ -14,8 +14,9 @@ import numpy as np
 
 import course
 from course.device import in_kernel_thread
-from course.checks.core import (CheckFailure, _sticky, code_names, divergent_barriers, exercise, fail, launch,
-                                padded_input, padded_output, run_cases)
+from course.checks.core import (MAX_THREADS, ON_THIS_DEVICE, CheckFailure, CheckSignal, _sticky, code_names,
+                                divergent_barriers, exercise, fail, launch, on_a_gpu, padded_input, padded_output,
+                                run_cases, simulator_eyes)
 from course.util import cdiv
 
 
@@ -42,7 +43,14 @@ def _logits(rng, B, C, large):
     return z.astype(np.float32)
 
 
-@exercise("3.1", more="""\
+@exercise("3.1", nudges=(
+    "One thread per row, in three passes over it: the row's maximum (over every column), the sum of the "
+    "exponentials of the logits minus that maximum, then each probability. Why does subtracting the maximum "
+    "keep exp from overflowing?",
+    "For the loss of the label: why not the log of its probability (for a confidently wrong row it underflows "
+    "to 0, and its log is -inf)? Write it from the log of the sum and the label's logit. Every constant "
+    "float32.",
+), more="""\
   r = cuda.grid(1)
   if r < logits.shape[0]:
       m = logits[r, 0]; then m = max(m, logits[r, c]) for c in range(1, C)   # every column, the last included
@@ -54,8 +62,11 @@ def check_softmax_xent_kernel(softmax_xent_kernel, seed=0):
     (some rows far below 0, some whose last logit leads by more than exp can take)."""
     ex = "Exercise 3.1"
     rng = np.random.default_rng(seed)
-    specs = {False: [(37, 10, 32, np.int64), (50, 7, 16, np.int32), (64, 10, 32, np.int64)],
-             True: [(45, 10, 64, np.int64), (course.pick(60_001, 29), 13, course.pick(128, 8), np.int32),
+    specs = {False: [(37, 10, 32, np.int64), (50, 7, 16, np.int32), *on_a_gpu((41, 10, MAX_THREADS, np.int64)),
+                     (64, 10, 32, np.int64)],
+             True: [(9, 13, 8, np.int64),  # the smallest: what a GPU also runs in the simulator (C = 13 > 10)
+                    (45, 10, 64, np.int64), (course.pick(60_001, 29), 13, course.pick(128, 8), np.int32),
+                    *on_a_gpu((23, 13, MAX_THREADS, np.int64)),
                     (course.pick(60_000 // 64 * 64, 32), 10, course.pick(64, 16), np.int64)]}  # whole blocks
     cases = {}
     for large, shapes in specs.items():
@@ -97,6 +108,8 @@ def check_softmax_xent_kernel(softmax_xent_kernel, seed=0):
             f"blocks {', '.join(map(str, blocks))}")
 
 
+MAX_BLOCK = 1024  # the largest block 3.2's spec allows (notebook 03's MAX_BLOCK): its check launches one
+
 # --- instruments for the simulator -----------------------------------------------------------------------
 
 def _poison(a):
@@ -109,21 +122,23 @@ def _poison(a):
 
 
 @contextlib.contextmanager
-def simulator_instruments():
+def simulator_instruments(active=None):
     """While a kernel runs in the simulator: new shared and local arrays hold NaN, atomic adds are counted, the
     barriers each thread reaches are recorded, and so are the sizes of shared arrays.
 
     Yields an object whose `atomic_adds` list gets one entry per `cuda.atomic.add`, `barriers` maps
     (blockIdx, threadIdx) to the source lines of the `cuda.syncthreads()` calls that thread reached, in order, and
-    `shared_sizes` lists (cells, source line) per shared array. On a GPU it does nothing
-    (the list stays empty and `active` is False). The simulator allocates shared memory with numpy.empty, which
-    often returns memory that happens to hold plausible values; NaN makes a read-before-write show.
+    `shared_sizes` lists (cells, source line) per shared array. Inactive (`active` False: on a GPU, unless the
+    kernel runs in the simulator there, core.simulator_eyes) it does nothing (the lists stay empty). The
+    simulator allocates shared memory with numpy.empty, which often returns memory that happens to hold
+    plausible values; NaN makes a read-before-write show.
 
     It also makes the simulator's shared-array allocation thread-safe: the simulator looks the array up and
     creates it without a lock, and inside a Jupyter kernel two threads of a block sometimes both create it (each
     then works on its own copy), which would fail a correct kernel here."""
-    stats = SimpleNamespace(atomic_adds=[], active=course.SIMULATOR, barriers={}, shared_sizes=[])
-    if not course.SIMULATOR:
+    active = course.SIMULATOR if active is None else active  # True: a simulated kernel on a GPU machine too
+    stats = SimpleNamespace(atomic_adds=[], active=active, barriers={}, shared_sizes=[])
+    if not active:
         yield stats
         return
     from course.device import instruments  # the simulator's internals are patched there, and only there
@@ -152,7 +167,13 @@ def _short(lines):
     return ", ".join(f"line {n}" for n in lines[:6]) + (", ..." if len(lines) > 6 else "") if lines else "none"
 
 
-@exercise("3.2", more="""\
+@exercise("3.2", nudges=(
+    "Each block sums its part of x in shared memory: every thread first stores one element (and past the end "
+    "of x, a value that changes no sum), then a tree halves the number of cells still to combine.",
+    "Between a write of shared memory and the reads of it: a barrier that EVERY thread of the block reaches "
+    "(so not inside an if that depends on the thread). With a block that is not a power of two, how is an odd "
+    "count halved? Blocks cannot wait for each other: how does each add its sum into total?",
+), more="""\
   s = cuda.shared.array(MAX_BLOCK, np.float32)     # at least one cell per thread of the block
   tid, i = cuda.threadIdx.x, cuda.grid(1)
   s[tid] = x[i] if i < x.size else np.float32(0.0)
@@ -172,64 +193,23 @@ def check_sum_kernel(sum_kernel, seed=0):
             "halved, and at how a block's sum reaches total (added atomically, once per block)")
     rng = np.random.default_rng(seed)
     # (n, block): one block; several blocks, the last one part full; blocks that are not powers of two (48,
-    # 20); every block full (64 of 32, 96 of 48); the launchers' block of 256; on a GPU thousands of blocks,
-    # so that a plain += into total loses additions there
-    shapes = [(5, 8), (100, 32), (130, 48), (64, 32), (96, 48), (300, 256),
+    # 20); every block full (64 of 32, 96 of 48); the launchers' block of 256; the largest block the spec allows
+    # (a shared array sized for less shows); on a GPU thousands of blocks, so that a plain += into total loses
+    # additions there
+    shapes = [(5, 8), (100, 32), (130, 48), (64, 32), (96, 48), (300, 256), (1000, MAX_BLOCK),
               (course.pick(1_000_003, 75), course.pick(256, 20)), (course.pick(256 * 4000, 60), course.pick(256, 20))]
+    cases = []
     for n, block in shapes:
         x = rng.uniform(0.5, 1.5, n).astype(np.float32)  # positive: a dropped or doubled element always shows
         start = np.float32(rng.uniform(-50, 50))          # total starts here: the kernel adds, it does not set
-        guard = max(block, 4)
-        total = padded_output((1,), np.float32, guard)
-        total.view.copy_to_device(np.array([start], np.float32))
-        grid = cdiv(n, block)
-        case = f"with n={n}, grid={grid}, block={block} (total starting at {start:.3f})"
-        xs = padded_input(x, guard)
-        with simulator_instruments() as stats:
-            launch(ex, case, sum_kernel, grid, block, [xs.view, total.view], hint)
-        xs.unchanged(ex, case, "x", hint)
-        small = [(size, line) for size, line in stats.shared_sizes if size < block]
-        if small:
-            fail(ex, case, f"the shared array of line {small[0][1]} has {small[0][0]} cells for a block of {block} "
-                 "threads: on a GPU the threads past its end write into memory that is not theirs", hint)
-        odd = barrier_mismatch(stats.barriers, block)
-        if odd:
-            blk, ta, la, tb, lb = odd
-            fail(ex, case, f"in block {blk[0]}, thread {ta[0]} reached the barriers ({_short(la)}) and thread "
-                 f"{tb[0]} reached ({_short(lb)}): every thread of a block must reach the same "
-                 "cuda.syncthreads() calls. A barrier inside an `if` that depends on the thread (or a return "
-                 "before one) is undefined behaviour on a GPU: a hang or a wrong sum", hint)
-        got, want = float(total.guards(ex, case, hint)[0]), float(start) + float(x.astype(np.float64).sum())
-        diff = got - want
-        # float32: a tree of n positive numbers is off by at most ~log2(n) ulps of the total; allow 1e-5
-        if not abs(diff) <= 1e-5 * (abs(float(start)) + float(x.sum())):
-            sums = x.astype(np.float64).reshape(-1)
-            partials = [sums[b * block:(b + 1) * block].sum() for b in range(grid)]
-            msg = f"total[0] should be {want:.5f} (start + sum(x)) but is {got:.5f}"
-            if np.isnan(got):
-                msg += (". NaN: a tree step read a shared cell that no thread had written yet (the check fills "
-                        "shared memory with NaN): a cuda.syncthreads() is missing after the load or after a "
-                        "step, or threads past the end of x did not store 0")
-            elif any(abs(got - p) < 1e-3 * abs(p) for p in partials) or abs(got - (want - start)) < 1e-3 * want:
-                msg += (". That is one block's sum, or the sum without the starting value: total[0] was "
-                        "overwritten (=) instead of added to (cuda.atomic.add)")
-            elif diff < 0:
-                msg += (f": short by {-diff:.4f}, about {-diff / x.mean():.1f} elements' worth, so some cells never "
-                        "reached s[0]. Is a cuda.syncthreads() missing after a tree step (a thread then reads its "
-                        "partner's cell before the partner has added into it)?")
-                if block & (block - 1):
-                    msg += (f" Or, with this block of {block} threads (not a power of two), does half round down "
-                            "(step // 2)? That drops the last cell of every odd step: round up")
-            else:
-                msg += f": {diff:.4f} too much, about {diff / x.mean():.1f} elements counted twice"
-            fail(ex, case, msg, hint)
-        if stats.active and len(stats.atomic_adds) != grid:
-            if not stats.atomic_adds:
-                fail(ex, case, "the total is right here, but only because the simulator runs the blocks one after "
-                     "another: your kernel made no atomic add, and on a GPU blocks that update total[0] with a "
-                     "plain += at the same time lose each other's additions", hint)
-            fail(ex, case, f"{len(stats.atomic_adds)} atomic adds for {grid} block{'s' * (grid > 1)}: reduce each "
-                 "block in shared memory first, then let one thread per block add the block's sum", hint)
+        cases.append(dict(n=n, block=block, x=x, start=start, grid=cdiv(n, block)))
+    for c in cases:
+        _sum_case(ex, sum_kernel, c, hint, ON_THIS_DEVICE)
+    # on a GPU, the simulator's eyes: the smallest case whose last block is part full, and the largest block
+    simulator_eyes(cases, lambda c, on: _sum_case(ex, sum_kernel, c, hint, on), lambda c: c["n"] % c["block"] != 0,
+                   instrument=False)
+    simulator_eyes(cases, lambda c, on: _sum_case(ex, sum_kernel, c, hint, on), lambda c: c["block"] == MAX_BLOCK,
+                   instrument=False)
     lines = divergent_barriers(sum_kernel)
     if lines:
         fail(ex, "(reading the kernel's code)", f"cuda.syncthreads() on line {', '.join(map(str, lines))} is "
@@ -244,10 +224,66 @@ def check_sum_kernel(sum_kernel, seed=0):
             + (", shared memory NaN-filled, barriers and atomic adds counted" if course.SIMULATOR else ""))
 
 
+def _sum_case(ex, sum_kernel, c, hint, on):
+    """One case of check_sum_kernel, on `on` (this machine, or the simulator on a GPU: core.simulator_eyes)."""
+    __tracebackhide__ = True
+    n, block, x, start, grid = c["n"], c["block"], c["x"], c["start"], c["grid"]
+    guard = max(block, 4)
+    total = padded_output((1,), np.float32, guard, on.to_device)
+    total.view.copy_to_device(np.array([start], np.float32))
+    case = f"{on.where}with n={n}, grid={grid}, block={block} (total starting at {start:.3f})"
+    xs = padded_input(x, guard, on.to_device)
+    with simulator_instruments(active=course.SIMULATOR or on is not ON_THIS_DEVICE) as stats:
+        on.launch(ex, case, sum_kernel, grid, block, [xs.view, total.view], hint)
+    xs.unchanged(ex, case, "x", hint)
+    small = [(size, line) for size, line in stats.shared_sizes if size < block]
+    if small:
+        fail(ex, case, f"the shared array of line {small[0][1]} has {small[0][0]} cells for a block of {block} "
+             "threads: on a GPU the threads past its end write into memory that is not theirs", hint)
+    odd = barrier_mismatch(stats.barriers, block)
+    if odd:
+        blk, ta, la, tb, lb = odd
+        fail(ex, case, f"in block {blk[0]}, thread {ta[0]} reached the barriers ({_short(la)}) and thread "
+             f"{tb[0]} reached ({_short(lb)}): every thread of a block must reach the same "
+             "cuda.syncthreads() calls. A barrier inside an `if` that depends on the thread (or a return "
+             "before one) is undefined behaviour on a GPU: a hang or a wrong sum", hint)
+    got, want = float(total.guards(ex, case, hint)[0]), float(start) + float(x.astype(np.float64).sum())
+    diff = got - want
+    # float32: a tree of n positive numbers is off by at most ~log2(n) ulps of the total; allow 1e-5
+    if not abs(diff) <= 1e-5 * (abs(float(start)) + float(x.sum())):
+        sums = x.astype(np.float64).reshape(-1)
+        partials = [sums[b * block:(b + 1) * block].sum() for b in range(grid)]
+        msg = f"total[0] should be {want:.5f} (start + sum(x)) but is {got:.5f}"
+        if np.isnan(got):
+            msg += (". NaN: a tree step read a shared cell that no thread had written yet (the check fills "
+                    "shared memory with NaN): a cuda.syncthreads() is missing after the load or after a "
+                    "step, or threads past the end of x did not store 0")
+        elif any(abs(got - p) < 1e-3 * abs(p) for p in partials) or abs(got - (want - start)) < 1e-3 * want:
+            msg += (". That is one block's sum, or the sum without the starting value: total[0] was "
+                    "overwritten (=) instead of added to (cuda.atomic.add)")
+        elif diff < 0:
+            msg += (f": short by {-diff:.4f}, about {-diff / x.mean():.1f} elements' worth, so some cells never "
+                    "reached s[0]. Is a cuda.syncthreads() missing after a tree step (a thread then reads its "
+                    "partner's cell before the partner has added into it)?")
+            if block & (block - 1):
+                msg += (f" Or, with this block of {block} threads (not a power of two), does half round down "
+                        "(step // 2)? That drops the last cell of every odd step: round up")
+        else:
+            msg += f": {diff:.4f} too much, about {diff / x.mean():.1f} elements counted twice"
+        fail(ex, case, msg, hint)
+    if stats.active and len(stats.atomic_adds) != grid:
+        if not stats.atomic_adds:
+            fail(ex, case, "the total is right here, but only because the simulator runs the blocks one after "
+                 "another: your kernel made no atomic add, and on a GPU blocks that update total[0] with a "
+                 "plain += at the same time lose each other's additions", hint)
+        fail(ex, case, f"{len(stats.atomic_adds)} atomic adds for {grid} block{'s' * (grid > 1)}: reduce each "
+             "block in shared memory first, then let one thread per block add the block's sum", hint)
+
+
 # --- Exercise 3.3: a launcher, checked by calling it ----------------------------------------------------
 
-class _HostCopy(Exception):
-    pass
+class _HostCopy(CheckSignal):
+    """A copy between host and device (or an allocation) that the spec rules out: its message says which."""
 
 
 def _device_array_classes():
@@ -300,8 +336,28 @@ def no_host_copies(*, to_host=True, to_device=True, allocations=False):
 
 
 @contextlib.contextmanager
+def recorded_copies():
+    """While the block runs, every copy_to_host of a device array appends that array's element count to the
+    yielded list (the copy still happens): a check can see what a function brought back to the host."""
+    cls, _ = _device_array_classes()
+    real = vars(cls)["copy_to_host"]
+    sizes = []
+
+    def copy_to_host(self, *args, **kwargs):
+        sizes.append(int(self.size))
+        return real(self, *args, **kwargs)
+
+    cls.copy_to_host = copy_to_host
+    try:
+        yield sizes
+    finally:
+        cls.copy_to_host = real
+
+
+@contextlib.contextmanager
 def recorded_launches():
-    """While the block runs, every kernel launch appends (kernel name, grid, block) to the yielded list."""
+    """While the block runs, every kernel launch appends (kernel name, grid, block, stream) to the yielded list
+    (stream 0 when the launch names none)."""
     from numba import cuda
 
     @cuda.jit
@@ -316,7 +372,8 @@ def recorded_launches():
     def getitem(self, config):
         py = getattr(self, "py_func", None)
         cfg = config if isinstance(config, tuple) else (config,)
-        launches.append((getattr(py, "__name__", "?"), cfg[0], cfg[1] if len(cfg) > 1 else None))
+        launches.append((getattr(py, "__name__", "?"), cfg[0], cfg[1] if len(cfg) > 1 else None,
+                         cfg[2] if len(cfg) > 2 else 0))
         return real(self, config)
 
     cls.__getitem__ = getitem
@@ -334,16 +391,22 @@ def _threads(dims):
     return int(np.prod([int(d) for d in dims]))
 
 
-@exercise("3.3", more="""\
+@exercise("3.3", nudges=(
+    "Three launches, all on the device: reset out, add the sum of x into it, divide it by n. Which grid and "
+    "block does the spec give for the sum (grid first, then block)?",
+    "Each call starts from 0, set on the device (no copy from the host), and returns out. Is every launch on "
+    "the stream you were given? A mean divides by n, not by n - 1.",
+), more="""\
   n = x.shape[0]
   if out is None: out = cuda.device_array(1, np.float32)
-  zero_kernel[1, 1](out)                              # reset on the device, on every call
-  sum_kernel[cdiv(n, THREADS), THREADS](x, out)       # grid first, then the block
-  div_kernel[1, 1](out, np.float32(n))
+  zero_kernel[1, 1, stream](out)                          # reset on the device, on every call
+  sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out)   # grid, block, then the stream you were given
+  div_kernel[1, 1, stream](out, np.float32(n))
   return out""")
 def check_batch_mean(batch_mean, seed=0):
-    """Exercise 3.3: batch_mean(x, out=None) leaves mean(x) in out (1,) on the device, on every call, with
-    sum_kernel launched on cdiv(n, THREADS) blocks of THREADS threads and no copy between host and device."""
+    """Exercise 3.3: batch_mean(x, out=None, stream=0) leaves mean(x) in out (1,) on the device, on every call,
+    with sum_kernel launched on cdiv(n, THREADS) blocks of THREADS threads, every launch on the stream given, and
+    no copy between host and device."""
     from numba import cuda
 
     from course.loss import THREADS
@@ -356,16 +419,25 @@ def check_batch_mean(batch_mean, seed=0):
     x37 = rng.uniform(0.5, 1.5, 37).astype(np.float32)
     xbig = rng.uniform(0.5, 1.5, n_big).astype(np.float32)
     junk = cuda.to_device(np.array([rng.uniform(500, 1000)], np.float32))  # an `out` that holds an old value
-    calls = [("n=37, out=None", x37, None), ("n=37 again, into the out the first call returned", x37, "prev"),
-             (f"n={n_big}, into an out that holds {junk.copy_to_host()[0]:.2f}", xbig, junk)]
+    junk_value = float(junk.copy_to_host()[0])
+    stream = cuda.stream()  # notebook 08 (08_time) records batch_mean's launches into a CUDA graph through this argument
+    calls = [("n=37, out=None", x37, None, None), ("n=37 again, into the out the first call returned", x37, "prev",
+                                                   None),
+             (f"n={n_big}, into an out that holds {junk_value:.2f}", xbig, junk, None),
+             ("n=37, out=None, on a stream of its own (stream=...)", x37, None, stream)]
     prev, blocks_seen = None, set()
-    for what, x, out in calls:
+    for what, x, out, on in calls:
         case = f"with {what}"
         x_d = cuda.to_device(x)
-        out = prev if out == "prev" else out
+        out = prev if isinstance(out, str) else out  # "prev": the out the first call returned
+        before = junk_value if out is junk else float(prev.copy_to_host()[0]) if out is not None else 0.0
         try:
             with no_host_copies(), recorded_launches() as launches:
-                got_arr = batch_mean(x_d) if out is None else batch_mean(x_d, out)
+                if on is not None:
+                    got_arr = batch_mean(x_d, stream=on)
+                    on.synchronize()
+                else:
+                    got_arr = batch_mean(x_d) if out is None else batch_mean(x_d, out)
                 cuda.synchronize()
         except _HostCopy as e:
             fail(ex, case, f"batch_mean {e}", "keep everything on the device: reset out with a kernel, and "
@@ -384,7 +456,14 @@ def check_batch_mean(batch_mean, seed=0):
                 or tuple(got_arr.shape) != (1,) or got_arr.dtype != np.float32:
             fail(ex, case, f"expected a (1,) float32 device array, got {type(got_arr).__name__} "
                  f"{getattr(got_arr, 'shape', '')}", hint)
-        sums = [(_threads(g), _threads(b)) for name, g, b in launches if name == "sum_kernel"]
+        if on is not None:
+            off = [name for name, g, b, st in launches if st is not on]
+            if off:
+                fail(ex, case, f"{off[0]} was launched on the default stream, not on the stream batch_mean was "
+                     f"given ({len(off)} of {len(launches)} launches): launch as kernel[grid, block, stream]",
+                     "every launch takes the `stream` argument: a later notebook records them into a CUDA graph "
+                     "through it")
+        sums = [(_threads(g), _threads(b)) for name, g, b, _ in launches if name == "sum_kernel"]
         n = len(x)
         for g, b in sums:
             if b > 1024:
@@ -402,17 +481,24 @@ def check_batch_mean(batch_mean, seed=0):
         want = float(x.astype(np.float64).mean())
         if not abs(got - want) <= 1e-5 * want:  # float32 sum of positive numbers: relative error well below 1e-5
             msg = f"the mean of x is {want:.6f}, out holds {got:.6f}"
-            if abs(got - want * len(x)) <= 1e-4 * want * len(x):
+            n = len(x)
+            if abs(got - want * n) <= 1e-4 * want * n:
                 msg += ": that is the sum; divide by n"
-            elif prev is not None and abs(got - 2 * want) <= 1e-4 * want:
-                msg += ": twice the mean, on the second call into the same out: reset out to 0 first"
+            elif n > 1 and abs(got - want * n / (n - 1)) <= 1e-5 * want:
+                msg += f": {n}/{n - 1} of the mean: the sum was divided by n - 1, not by n"
+            elif before and abs(got - (want + before / n)) <= 1e-4 * (want + abs(before) / n):
+                msg += (f": out's old value ({before:.4g}) was added into the sum: reset out to 0 (on the device) "
+                        "before the sum, on every call")
+            elif before and abs(got - (want + before)) <= 1e-4 * (want + abs(before)):
+                msg += f": the mean plus out's old value ({before:.4g}): reset out to 0 first, on every call"
             elif got > want:
-                msg += ": too large; was out reset to 0 before the sum?"
+                msg += f": {got / want:.4g} times the mean; look at the division (by n) and at where out starts"
             else:
                 msg += ": too small; do the blocks cover all n elements (cdiv, not //)?"
             fail(ex, case, msg, hint)
         if not sums:
             fail(ex, case, "the mean is right, but sum_kernel (Exercise 3.2) was never launched", hint)
         prev = got_arr
-    return ("3 calls (a fresh out, the same out again, an out holding junk), sum_kernel launched on "
-            "cdiv(n, THREADS) blocks of THREADS, nothing copied between host and device")
+    return ("4 calls (a fresh out, the same out again, an out holding junk, a stream of its own), sum_kernel "
+            "launched on cdiv(n, THREADS) blocks of THREADS on the stream given, nothing copied between host and "
+            "device")

@@ -17,7 +17,10 @@ def blocks_per_sm_ref(threads, regs, smem):
     return min(SM_BLOCKS, by_warps, by_regs, by_smem)
 
 
-@exercise("9.2", more="""\
+@exercise("9.2", nudges=(
+    "Four resources each cap how many blocks fit on an SM: the block limit, the warps, the registers and the shared memory. The answer is the smallest of the four caps.",
+    "A block of 100 threads still takes whole warps. Registers are handed out per warp in units of 256, and every block's shared memory carries a reserved part: round before you divide.",
+), more="""\
   warps = (threads + 31) // 32                                     # whole warps
   warp_regs = (regs * 32 + 255) // 256 * 256                       # a warp's registers, in units of 256
   return min(SM_BLOCKS, SM_WARPS // warps, SM_REGISTERS // warp_regs // warps,

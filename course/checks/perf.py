@@ -1,15 +1,22 @@
 """Checks for the exercises of notebooks 09 (the register-blocked matmul) and 10 (a grid-stride SGD)."""
+from math import prod
+
 import numpy as np
 
 import course
-from course.checks.core import exercise, run_cases, run_inplace_steps
+from course.checks.core import MAX_THREADS, exercise, on_a_gpu, run_cases, run_inplace_steps
 from course.update import sgd_ref
 from course.util import cdiv
 
 ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumulated in another order than BLAS
 
 
-@exercise("9.1", more="""\
+@exercise("9.1", nudges=(
+    "Each thread keeps a TM by TN block of outputs in registers: for each kk of the tile it loads TM values "
+    "of A's tile and TN of B's, then multiplies every pair.",
+    "Which rows of the tile does this thread own? The same strided ones that the epilogue writes (ty, then TY "
+    "further, and so on), and likewise the columns. Every kk of the tile: BK of them.",
+), more="""\
   for kk in range(BK):                               # every kk of the tile
       for i in range(TM): a[i] = sA[kk, ty + TY * i]     # the same strided rows ...
       for j in range(TN): b[j] = sB[kk, tx + TX * j]     # ... and columns as the epilogue that writes C
@@ -30,20 +37,29 @@ def check_matmul_v3(kernel, seed=0):
         grid = (cdiv(N, BN) + extra[0], cdiv(M, BM) + extra[1])
         cases.append(dict(name=f"A {A.shape} @ B {B.shape}", grid=grid, block=V3_BLOCK, inputs=[A, B],
                           expected=A @ B, unit=(BN, BM)))  # a tile of C is what sizes are multiples of
-    return run_cases("Exercise 9.1", kernel, cases, atol=ATOL, rtol=RTOL,
+    return run_cases("Exercise 9.1", kernel, cases, atol=ATOL, rtol=RTOL, largest=prod(V3_BLOCK),  # fixed block
                      hint="look at which rows of sA and columns of sB a thread reads into its registers (the same "
                           "strided ones the epilogue writes to C), at whether every kk of the tile is used, and "
                           "at the outer product: every (i, j) pair of the thread's TM x TN block")
 
 
-@exercise("10.1", more="""\
-  for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):   # start at the GLOBAL index,
-      p[i] -= lr * g[i]                                     # stride by the threads of the whole GRID""")
+@exercise("10.1", nudges=(
+    "A grid too small for p: each thread handles several elements. Where does a thread start, and how far "
+    "does it jump each time?",
+    "Start at the GLOBAL index and jump by the number of threads of the whole GRID, not of the block. "
+    "(A while loop: a range whose step is known only at run time divides, in 64 bits, to count its trips.)",
+), more="""\
+  i = cuda.grid(1)                  # start at the GLOBAL index
+  stride = cuda.gridsize(1)         # jump by the threads of the whole GRID
+  while i < p.size:                 # a while loop: a range with this run-time step divides (64-bit) to count
+      p[i] -= lr * g[i]             # its trips (notebook 10)
+      i += stride""")
 def check_sgd_gridstride(kernel, seed=0):
     """Exercise 10.1: p -= lr * g in place, for grids too small (each thread must loop) and too large."""
     rng = np.random.default_rng(seed)
     cases = []
     for n, grid, block in ((course.pick(1000, 200), 1, 32), (course.pick(999, 131), 3, 32), (37, 4, 32),
+                           *on_a_gpu((2_500, 1, MAX_THREADS)),                       # the largest block, looping
                            (course.pick(5000, 300), 2, 64), (course.pick(4096, 256), 2, 64)):  # last: whole
         p = rng.standard_normal(n).astype(np.float32)
         steps, cur = [], p

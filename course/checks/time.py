@@ -2,7 +2,7 @@
 import numpy as np
 
 import course
-from course.checks.core import call, exercise, fail, run_cases
+from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_cases
 
 FLOAT_BYTES = 4  # float32
 
@@ -18,7 +18,10 @@ def epoch_cost_ref(n_train, n_in, hidden, n_out, batch_size):
     return flops, nbytes
 
 
-@exercise("8.1", more="""\
+@exercise("8.1", nudges=(
+    "An epoch is a number of steps; each step does a forward pass, a backward pass and an update. Count each part per example, or per step, and which of the two it is.",
+    "A multiply-add counts as two FLOPs. The backward pass makes the gradient of W1, and of W2 and H: which products does each take? Do the biases count among the parameters the update touches?",
+), more="""\
   steps = n_train // batch_size                                   # whole batches only
   params = n_in * hidden + hidden + hidden * n_out + n_out        # the biases count too
   flops = n_train * (2 * (n_in * hidden + hidden * n_out)         # forward
@@ -60,7 +63,10 @@ def _compare_cost(ex, case, got, want):
                  HINTS_8_1[k])
 
 
-@exercise("8.2", more="""\
+@exercise("8.2", nudges=(
+    "One block fills the whole batch of indices: which slice of the permutation is batch number counter[0], and where does it start?",
+    "The batch may be larger than the block: each thread then writes several indices. By how much does a thread jump each time, when the whole grid is one block?",
+), more="""\
   base = counter[0] * idx.shape[0]                              # batch number counter[0] starts at its number x B
   for i in range(cuda.threadIdx.x, idx.shape[0], cuda.blockDim.x):   # one block: stride by the block
       idx[i] = perm[base + i]""")
@@ -70,7 +76,8 @@ def check_batch_index(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for B, threads, batches, which in ((64, 32, 5, "last"), (37, 32, 9, "middle"), (course.pick(300, 100), 64, 4, "first"),
-                                       (128, 128, 3, "middle"), (20, 64, 6, "middle")):
+                                       (128, 128, 3, "middle"), (20, 64, 6, "middle"),
+                                       *on_a_gpu((1_500, MAX_THREADS, 3, "last"))):   # the largest block
         perm = rng.permutation(B * batches + int(rng.integers(0, B))).astype(np.int64)   # (n,): a partial batch at the end
         k = {"first": 0, "last": batches - 1}.get(which, int(rng.integers(1, batches - 1)))
         counter = np.array([k], np.int64)

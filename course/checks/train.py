@@ -47,7 +47,12 @@ def _twin(opt, p):
     return twin
 
 
-@exercise("6.1", more="""\
+@exercise("6.1", nudges=(
+    "A training step is forward, loss, backward, update: which function does each, and into which of the "
+    "buffers you were given does each write?",
+    "Which optimizer takes the step: the one passed in. What comes back: the loss, left on the device: no "
+    "copy to the host and no allocation inside the step.",
+), more="""\
   H, logits = mlp_forward(Xb, params["W1"], params["b1"], params["W2"], params["b2"], H=buf["H"], logits=buf["logits"])
   loss, probs = cross_entropy(logits, yb, probs=buf["probs"], losses=buf["losses"], loss=buf["loss"])
   mlp_backward(Xb, yb, H, probs, params["W2"], grads, work=buf)
@@ -93,6 +98,7 @@ def check_train_step(train_step, seed=0):
                 fail(ex, case, f"loss: expected {want_loss:.6f} (before the update), got {got_loss:.6f}",
                      "the loss comes from the forward pass with the current params, before the update")
             g = mlp_grads_ref(X, y, **before)
+            _gradients_match(ex, case, grads.to_host(), g)
             ref_grads = twin.params.zeros_like().copy_from_host(g)
             twin.step(ref_grads)
             want, got = twin.params.to_host(), params.to_host()
@@ -110,24 +116,52 @@ def check_train_step(train_step, seed=0):
     return "3 random problems x 2 steps (SGD, momentum, Adam): loss and every parameter match the NumPy twin"
 
 
-@exercise("6.2", more="""\
+def _gradients_match(ex, case, got, want):
+    """Fail on the first gradient in grads (what the step's backward pass wrote) that differs from the twin's,
+    naming it: a wrong argument of mlp_backward shows there, before the optimizer mixes it into the parameters."""
+    __tracebackhide__ = True
+    for name in want:
+        close = np.isclose(got[name], want[name], rtol=1e-4, atol=1e-6)
+        if not close.all():
+            i = tuple(int(k) for k in np.argwhere(~close)[0])
+            fail(ex, case, f"the gradient d{name}{list(i)} (in grads, from this step's backward pass, before the "
+                 f"update): expected {want[name][i]:.6f}, got {got[name][i]:.6f}",
+                 "look at what mlp_backward is given: this step's X and y, the H of this step's forward pass, and "
+                 "the probabilities that cross_entropy returns (not the logits)")
+
+
+@exercise("6.2", nudges=(
+    "Evaluate on all N rows: the mean loss and the fraction of rows predicted right. Which of the course's "
+    "functions give each, on the device?",
+    "Two scalars come back to the host and nothing larger: how many bytes does your function copy? If it "
+    "works in chunks, is the loss the mean over all rows (a partial last chunk has fewer rows than the "
+    "others)?",
+), more="""\
   _, logits = mlp_forward(X_d, params["W1"], params["b1"], params["W2"], params["b2"])   # all N rows at once
   loss, _ = cross_entropy(logits, y_d)        # the mean over all N
   correct = count_correct(logits, y_d)        # ties go to the first class, like np.argmax
   return float(loss.copy_to_host()[0]), int(correct.copy_to_host()[0]) / X_d.shape[0]""")
 def check_evaluate(evaluate, seed=0):
     """Exercise 6.2: (loss, accuracy) of random parameters on random data, against the NumPy twin; N from 37 to
-    thousands of rows (a mean of per-chunk means is wrong), and logits with exact ties."""
+    thousands of rows, a prime (a mean of per-chunk means is wrong, and a last chunk is part full; 131 in the
+    simulator, above chunks of 64 and 128), logits with
+    exact ties, a confidently wrong network (a loss from float32 probabilities is inf there), and nothing
+    copied to the host but the two scalars."""
+    from course.checks.loss import recorded_copies
     from course.update import FlatParams
     ex = "Exercise 6.2"
     hint = ("look at what the mean runs over (all N rows, not a mean of means), at how a correct row is counted "
             "(the first largest logit, as np.argmax: a tie is not a hit for a later class), and at the types "
             "returned (two Python floats)")
     rng = np.random.default_rng(seed)
-    for N, n_in, hidden, ties in ((37, 20, 9, True), (course.pick(10_007, 150), course.pick(784, 20), 16, False)):
+    for N, n_in, hidden, ties, scale in ((37, 20, 9, True, 8), (course.pick(10_007, 131), course.pick(784, 20), 16,
+                                                               False, 8), (29, 20, 9, False, CONFIDENT)):
         X, y, p = _problem(rng, N, n_in, hidden)
         p["W2"] *= 8  # confident predictions, so that accuracy is far from chance and its errors show
         what = ""
+        if scale == CONFIDENT:
+            what = ", confidently wrong on some rows"
+            _confidently_wrong(X, y, p)
         if ties:  # classes 3 and 7 get the same weights and bias: their logits are equal in every row
             p["W2"][:, 7], p["b2"][7] = p["W2"][:, 3], p["b2"][3]
             p["W2"][:, 3] += 2 * np.abs(p["W2"]).max(axis=1)  # ... and larger than the others
@@ -139,7 +173,15 @@ def check_evaluate(evaluate, seed=0):
         params = FlatParams({k: v.shape for k, v in p.items()})
         params.copy_from_host(p)
         case = f"with N={N}, {n_in}-{hidden}-10{what}"
-        got = call(ex, case, evaluate, cuda.to_device(X), cuda.to_device(y), params, hint=hint)
+        X_d, y_d = cuda.to_device(X), cuda.to_device(y)
+        with recorded_copies() as copies:
+            got = call(ex, case, evaluate, X_d, y_d, params, hint=hint)
+        big = [n for n in copies if n > 1]
+        if big:
+            fail(ex, case, f"evaluate copied an array of {big[0]} elements to the host ({len(copies)} copies in "
+                 "all): only the two scalars come back, the loss and the count of correct rows",
+                 "compute the loss and the count on the device (cross_entropy, count_correct) and copy those two "
+                 "one-element arrays")
         if not (isinstance(got, tuple) and len(got) == 2):
             fail(ex, case, f"expected a tuple (loss, accuracy), got {got!r}", "return two Python floats")
         loss, acc = got
@@ -157,6 +199,24 @@ def check_evaluate(evaluate, seed=0):
             fail(ex, case, f"accuracy: expected {want_acc:.4f}, got {acc:.4f}{why}",
                  "accuracy is count_correct / N, a fraction in [0, 1]; " + hint)
         if not np.isclose(loss, want_loss, rtol=1e-5, atol=1e-6):
-            fail(ex, case, f"loss: expected {want_loss:.6f}, got {loss:.6f}", "the mean cross-entropy over all N; "
-                 + hint)
-    return "2 random problems (N up to thousands, tied logits): loss and accuracy match the NumPy twin"
+            why = (": an infinite loss is the log of a probability that underflowed to 0 in float32; "
+                   "cross_entropy's loss comes from the logits (log-sum-exp) and stays finite" if np.isinf(loss)
+                   else "")
+            fail(ex, case, f"loss: expected {want_loss:.6f}, got {loss:.6f}{why}", "the mean cross-entropy over "
+                 "all N; " + hint)
+    return ("3 random problems (N up to thousands, tied logits, a confidently wrong network): loss and accuracy "
+            "match the NumPy twin, and only two scalars came back")
+
+
+CONFIDENT = "confident"  # the third problem: a network that is sure and wrong on some rows
+CONFIDENT_GAP = 130.0    # the logit gap those rows get: exp(-130) is 0 in float32 (the smallest is ~1.4e-45)
+
+
+def _confidently_wrong(X, y, p, rows=5):
+    """Make the network sure and wrong on the first `rows` rows: label each with its least likely class and scale
+    W2 (in place) until those logits trail the row's max by at least CONFIDENT_GAP."""
+    H = np.maximum(X @ p["W1"] + p["b1"], 0)
+    z = H @ p["W2"]                                              # (N, 10), before the bias
+    y[:rows] = z[:rows].argmin(1)
+    gap = (z[:rows].max(1) - z[:rows].min(1)).min()
+    p["W2"] *= np.float32((CONFIDENT_GAP + 1) / gap)

@@ -9,7 +9,7 @@ back, or uses it in the wrong order, drifts from the reference by the second ste
 import numpy as np
 
 import course
-from course.checks.core import exercise, run_inplace_steps
+from course.checks.core import MAX_THREADS, exercise, on_a_gpu, run_inplace_steps
 from course.update import adam_ref, momentum_ref, sgd_ref
 from course.util import cdiv
 
@@ -19,7 +19,7 @@ def _shapes():
     block of threads that are all past the end), then one that is (every block full)."""
     out = []
     for n, block, spare in ((course.pick(100_003, 301), 128, 0), (course.pick(54_321, 97), 32, 0), (7, 64, 1),
-                            (course.pick(1024 * 128, 256), 128, 0)):
+                            *on_a_gpu((1_000, MAX_THREADS, 0)), (course.pick(1024 * 128, 256), 128, 0)):
         out.append((n, cdiv(n, block) + spare, block))
     return out
 
@@ -28,7 +28,11 @@ def _f32(x):
     return np.float32(x)
 
 
-@exercise("5.1", more="""\
+@exercise("5.1", nudges=(
+    "Downhill: the parameter moves against the gradient, by lr times it. In place: where does the new value "
+    "go?",
+    "Only p changes; g is only read. One thread per parameter, and a guard for the threads past the end.",
+), more="""\
   i = cuda.grid(1)
   if i < p.size:
       p[i] = p[i] - lr * g[i]        # downhill (minus), written back into p; g is only read""")
@@ -51,7 +55,12 @@ def check_sgd_kernel(sgd_kernel, seed=0):
                                   "stored back into p (in place), and at the guard for threads past the end")
 
 
-@exercise("5.2", more="""\
+@exercise("5.2", nudges=(
+    "Momentum keeps a velocity per parameter from step to step: where must the new velocity go so that the "
+    "next step sees it?",
+    "PyTorch's convention: the new velocity is mu times the old one plus the gradient, and the step goes "
+    "along the NEW velocity, times lr.",
+), more="""\
   i = cuda.grid(1)
   if i < p.size:
       vi = mu * v[i] + g[i]      # the new velocity ...
@@ -73,17 +82,25 @@ def check_momentum_kernel(momentum_kernel, seed=0):
             steps.append((g, (lr, mu), cur))
         cases.append(dict(name=f"n={n}, lr={lr:.3f}, mu={mu:.3f}, v {'= 0' if k == 0 else 'random'} at first",
                           grid=grid, block=block, names=("p", "v"), state=[p, v], steps=steps))
-    return run_inplace_steps("Exercise 5.2", momentum_kernel, cases,
-                             hint="look at the order (the velocity first, then the step with the new velocity), "
-                                  "at whether v is stored back for the next step, and at PyTorch's convention "
-                                  "(g is added to mu * v unscaled; lr multiplies the velocity)")
+    return run_inplace_steps("Exercise 5.2", momentum_kernel, cases, hint={
+        None: "look at the order (the velocity first, then the step with the new velocity), at whether v is "
+              "stored back for the next step, and at PyTorch's convention (g is added to mu * v unscaled; lr "
+              "multiplies the velocity)",
+        "v": "v is the velocity: mu times the old v plus the gradient, unscaled (PyTorch's convention), stored "
+             "back into v for the next step",
+        "p": "v came out right, so look at the step: along the NEW velocity, times lr, downhill"})
 
 
-@exercise("5.3", more="""\
+@exercise("5.3", nudges=(
+    "Adam keeps two running averages per parameter, of g and of g squared, stored back for the next step; the "
+    "step uses them divided by their bias corrections bc1 and bc2.",
+    "Where does eps go: inside the square root or after it? Is every constant float32 (in numba 1 - beta1 "
+    "with a Python 1 is a float64; the spec writes np.float32(1.0) - beta1)?",
+), more="""\
   i = cuda.grid(1)
   if i < p.size:
-      m[i] = beta1 * m[i] + (1 - beta1) * g[i]          # both running averages stored back
-      v[i] = beta2 * v[i] + (1 - beta2) * g[i] * g[i]
+      m[i] = beta1 * m[i] + (np.float32(1.0) - beta1) * g[i]          # both running averages stored back
+      v[i] = beta2 * v[i] + (np.float32(1.0) - beta2) * g[i] * g[i]   # (a Python 1 - beta1 is a float64)
       p[i] -= lr * (m[i] / bc1) / (math.sqrt(v[i] / bc2) + eps)   # eps OUTSIDE the sqrt; float32 constants""")
 def check_adam_kernel(adam_kernel, seed=0):
     """Exercise 5.3: Adam with bias correction (PyTorch's convention), m and v stored back, several steps."""
@@ -110,7 +127,12 @@ def check_adam_kernel(adam_kernel, seed=0):
         cases.append(dict(name=f"n={n}, steps t={t0 + 1}..{t0 + STEPS}, lr={lr:.3f}, beta1={beta1:.3f}, "
                                f"beta2={beta2:.4f}", grid=grid, block=block, names=("p", "m", "v"),
                           state=[p, m, v], steps=steps))
-    return run_inplace_steps("Exercise 5.3", adam_kernel, cases,
-                             hint="look at both running averages (each stored back, v of the SQUARED gradient), "
-                                  "at the bias corrections bc1 and bc2 (divide m and v by them), at where eps "
-                                  "goes (after the square root) and at the order: the step uses the new m and v")
+    return run_inplace_steps("Exercise 5.3", adam_kernel, cases, hint={
+        None: "look at both running averages (each stored back, v of the SQUARED gradient), at the bias "
+              "corrections bc1 and bc2 (divide m and v by them), at where eps goes (after the square root) and at "
+              "the order: the step uses the new m and v",
+        "m": "m is the running average of the gradient: beta1 times the old m, plus one minus beta1 times g, "
+             "stored back into m",
+        "v": "v is the running average of the SQUARED gradient, with beta2 (not beta1), stored back into v",
+        "p": "m and v came out right, so look at the step itself: m / bc1 and v / bc2, the square root of the "
+             "corrected v, eps AFTER the square root, lr, and the sign (downhill)"})

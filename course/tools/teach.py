@@ -113,9 +113,11 @@ def student_modules():
     return out
 
 
-def student_build(dest):
+def student_build(dest, hint_answers=True):
     """Write the course without its solutions into DEST (a new or empty directory): the package with stubbed
-    exercises, the student notebooks, MNIST, requirements.txt and pyproject.toml. Returns DEST."""
+    exercises, the student notebooks, MNIST, requirements.txt and pyproject.toml. Returns DEST.
+    hint_answers=False: the hints' last level (the answer's code, hint("N.M", level=...)) is taken out of the
+    build's checks, and hint() says the teacher turned it off (without_hint_answers)."""
     dest = _usable_dest(dest)
     if dest.exists() and any(dest.iterdir()):
         raise ValueError(f"{dest} is not empty")
@@ -133,6 +135,8 @@ def student_build(dest):
     for name in ("requirements.txt", "pyproject.toml"):
         shutil.copyfile(root / name, dest / name)
     (dest / "README.md").write_text(STUDENT_README, encoding="utf-8")
+    if not hint_answers:
+        without_hint_answers(dest / "course" / "checks")
     return dest
 
 
@@ -145,6 +149,28 @@ def write_student_notebooks(folder):
         if (nbtools.PACKAGE / "mine.py").exists() and path.name[:2] >= "02":
             nb = with_use_mine(nb)
         (folder / path.name).write_text(nbtools.notebook_text(nbtools.stamp_written(nb, path.name)), encoding="utf-8")
+
+
+ANSWER_RE = re.compile(r'more="""\\\n.*?"""', re.S)  # an @exercise's answer: the last level of its hints
+NO_ANSWER = 'more="(not in this build)"'
+
+
+def without_hint_answers(checks_dir):
+    """Take the answers' code out of a build's checks (course/checks/*.py) and leave the marker file that makes
+    hint() say the teacher turned the last level off; returns how many answers were removed."""
+    from course.checks.core import NO_ANSWERS_FILE
+    checks_dir = Path(checks_dir)
+    removed = 0
+    for path in sorted(checks_dir.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        new, n = ANSWER_RE.subn(NO_ANSWER, text)
+        if n:
+            path.write_text(new, encoding="utf-8")
+            removed += n
+    (checks_dir / Path(NO_ANSWERS_FILE).name).write_text(
+        "The answers of the hints' last level were taken out of this build (student-build --no-hint-answers).\n",
+        encoding="utf-8")
+    return removed
 
 
 def with_use_mine(nb):
@@ -224,6 +250,8 @@ def parser(cmd):
                        "course's (an existing nbgrader_config.py is always kept)")
     else:
         p.add_argument("dir", help="a new or empty directory")
+        p.add_argument("--no-hint-answers", action="store_true",
+                       help="leave out the hints' last level, the answer's code (hint('N.M', level=...))")
     return p
 
 
@@ -242,7 +270,7 @@ def main(argv):
         if cmd == "nbgrader-setup":
             report_setup(args)
         else:
-            print(f"wrote the student build in {student_build(args.dir)}")
+            print(f"wrote the student build in {student_build(args.dir, hint_answers=not args.no_hint_answers)}")
     except (ValueError, OSError) as e:  # OSError: a read-only or full DIR, a file where a folder goes
         why = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.strerror else str(e)
         print(f"python -m course {cmd}: error: {' '.join(why.split())[:400]}", file=sys.stderr)
