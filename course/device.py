@@ -616,11 +616,19 @@ def float64_statements(kernel, argtypes, cc, devices=()):
     return [list(f[1:]) for f in sorted(set(found))]  # operators first, then calls, each in source order
 
 
+SHUFFLES = ("shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync")  # warp intrinsics the simulator lacks
+
+
+class NotSimulable(Exception):
+    """A kernel the simulator cannot run as it is written for a GPU (it calls a warp shuffle)."""
+
+
 def simulated(kernel, _made=None):
     """numba-cuda's simulator's kernel for a GPU kernel (or device function), for a GPU machine: built from its
-    `py_func` in a copy of its globals where each device function it calls is simulated too, so that its threads
-    run as Python, with the simulator's bounds checks and thread order. The course's simulator patches
-    (`patch_simulator`) are installed on first use."""
+    `py_func` in a copy of its globals (and of its closure's cells) where each device function it calls is simulated
+    too, so that its threads run as Python, with the simulator's bounds checks and thread order. The course's
+    simulator patches (`patch_simulator`) are installed on first use. Raises NotSimulable for code that calls a
+    warp shuffle (the simulator has none)."""
     import types
     _, simkernel = internals()
     patch_simulator()
@@ -628,13 +636,20 @@ def simulated(kernel, _made=None):
     py = getattr(kernel, "py_func", kernel)
     if id(py) in _made:
         return _made[id(py)]
+    used = [n for n in SHUFFLES if _nested_name(py.__code__, n)]
+    if used:
+        raise NotSimulable(f"{py.__name__} calls cuda.{used[0]}, which numba's simulator does not have")
     g = dict(py.__globals__)
-    fn = types.FunctionType(py.__code__, g, py.__name__, py.__defaults__, py.__closure__)
+    cells = tuple(types.CellType(c.cell_contents) for c in py.__closure__ or ())  # copies: replaced below
+    fn = types.FunctionType(py.__code__, g, py.__name__, py.__defaults__, cells or None)
     device = getattr(kernel, "targetoptions", {}).get("device", False) or getattr(kernel, "_device", False)
     out = _made[id(py)] = simkernel.FakeCUDAKernel(fn, device=device)
     for name, v in py.__globals__.items():
         if type(v).__name__ == "CUDADispatcher" and _nested_name(py.__code__, name):
             g[name] = simulated(v, _made)
+    for cell in cells:  # a kernel made by a function (a check's wrapper around the student's device function)
+        if type(cell.cell_contents).__name__ == "CUDADispatcher":
+            cell.cell_contents = simulated(cell.cell_contents, _made)
     return out
 
 

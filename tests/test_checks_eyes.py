@@ -3,6 +3,7 @@ through numba-cuda's simulator on a GPU machine too, so that memory-safety bugs 
 past an input's end, a local array written past its end, a shared cell read before any thread wrote it) and races
 the GPU's warps happen to hide (a missing cuda.syncthreads()) fail on either machine. Each planted bug below is
 caught by the simulator itself in CI and by the simulator's run inside the check on a GPU."""
+import numpy as np
 import pytest
 from conftest import mutant, mutated, rejects
 
@@ -15,6 +16,7 @@ from course.checks import perf as c09
 from course.forward import matmul_v2_kernel, tile_dot
 from course.matmul import matmul_v3_kernel
 from course.scale import scale_kernel
+from numba import cuda
 
 SAYS = ["out-of-bounds", "NaN", "expected", "should be"]  # what the simulator shows: the access, or the value
 
@@ -86,3 +88,43 @@ def test_the_register_tiled_matmuls_second_barrier_deleted_fails():
     wrong = mutated(matmul_v3_kernel, ("cuda.syncthreads()                      # everyone is done",
                                        "pass  # everyone is done"))
     rejects(c09.check_matmul_v3, wrong, "Exercise 9.1", SAYS)
+
+
+# --- what the simulator cannot run: warp shuffles; kernels made by a function (closures) --------------------
+
+def test_a_device_function_with_a_warp_shuffle_is_not_simulated():
+    from course import device
+
+    @cuda.jit(device=True)
+    def lane_swap(v):
+        return cuda.shfl_xor_sync(0xFFFFFFFF, v, 1)
+
+    with pytest.raises(device.NotSimulable, match="shfl_xor_sync"):
+        device.simulated(lane_swap)
+
+
+def _apply_kernel(fn):
+    """A kernel made by a function, as 10.2's check wraps the student's device function: x[i] = fn(x[i])."""
+    @cuda.jit
+    def kernel(x):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            x[i] = fn(x[i])
+    return kernel
+
+
+def test_a_kernel_closing_over_a_device_function_is_simulated_with_it():
+    """The simulated kernel calls a simulated copy of the device function it closes over, in a new cell (the
+    original kernel keeps its own)."""
+    from course import device
+
+    @cuda.jit(device=True)
+    def twice(v):
+        return v * np.float32(2)
+
+    kernel = _apply_kernel(twice)
+    sim = device.simulated(kernel)
+    assert kernel.py_func.__closure__[0].cell_contents is twice
+    x = device.simulator_to_device(np.arange(5, dtype=np.float32))
+    sim[1, 8](x)
+    assert np.array_equal(x.copy_to_host(), 2 * np.arange(5, dtype=np.float32))
