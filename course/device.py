@@ -353,6 +353,40 @@ def _install_block_pool(kernel):
     kernel._CourseWorker = Worker
 
 
+_route = []  # the CPU executor's hook, once installed (route_launches)
+
+
+def route_launches(hook):
+    """Offer every launch of a simulator kernel to hook(kernel, grid, block, dynshared, args) first (course.cpu);
+    it returns True when it ran the launch, False for the simulator to run it. Installed once; idempotent.
+
+    Patches `FakeCUDAKernel.__call__` (numba_cuda/numba/cuda/simulator/kernel.py): device functions, and calls
+    from inside a simulated kernel, go straight to the simulator's own code."""
+    _, kernel = internals()
+    if _route:
+        _route[0] = hook
+        return
+    _route.append(hook)
+    upstream = kernel.FakeCUDAKernel.__call__
+
+    def call(self, *args):
+        if self._device or kernel._kernel_context is not None:
+            return upstream(self, *args)
+        grid, block = kernel.normalize_kernel_dimensions(self.grid_dim, self.block_dim)
+        if _route[0](self, tuple(grid), tuple(block), self.dynshared_size, args):
+            return None
+        return upstream(self, *args)
+
+    call._course = True
+    kernel.FakeCUDAKernel.__call__ = call
+
+
+def host_view(a):
+    """The NumPy array behind a simulator device array (the array itself for anything else)."""
+    _, kernel = internals()
+    return a._ary if isinstance(a, kernel.FakeCUDAArray) else a
+
+
 _swap_lock = threading.Lock()
 _swaps = {}  # id(module globals) -> [threads inside, {name: real cuda module}]
 
