@@ -14,15 +14,25 @@ except ValueError as _e:  # COURSE_DEVICE is not gpu, sim or auto
     if not _CLI:
         raise
     SIMULATOR, WHY, DEVICE_ERROR = None, None, str(_e)
+CPU = False  # True when launches run on the CPU executor (course/cpu.py): COURSE_DEVICE=cpu, or no GPU
 if SIMULATOR:
+    from . import cpu as _cpu
+    from .device import executor_wanted as _executor_wanted
     from .device import patch_simulator as _patch
 
     _patch()
+    CPU = _executor_wanted(SIMULATOR)
+    _cpu.enable(CPU)
+DEVICE = None if SIMULATOR is None else "cpu" if CPU else "sim" if SIMULATOR else "gpu"
 
 
 def banner():
-    """Say on stderr when kernels run in the simulator (on `import course`; the command line prints it itself)."""
-    if SIMULATOR:
+    """Say on stderr where kernels run without a GPU (on `import course`; the command line prints it itself)."""
+    if CPU:
+        print(f"course: CPU executor ({WHY}): kernels compiled for the CPU by numba, the exercise checks in the "
+              "CUDA simulator. COURSE_DEVICE=sim runs everything in the simulator, gpu insists on a GPU.",
+              file=_sys.stderr)
+    elif SIMULATOR:
         print(f"course: CUDA simulator ({WHY}); notebooks shrink their data. "
               "Set COURSE_DEVICE=gpu to insist on a GPU.", file=_sys.stderr)
 
@@ -31,9 +41,17 @@ if not _CLI:
     banner()
 
 
-def pick(gpu, sim):
-    """Return `gpu` on a real GPU and `sim` in the simulator (e.g. a data size)."""
-    return sim if SIMULATOR else gpu
+def pick(gpu, sim, cpu=None):
+    """Return `gpu` on a real GPU, `cpu` on the CPU executor (`sim` when not given) and `sim` in the simulator
+    (e.g. a data size)."""
+    if not SIMULATOR:
+        return gpu
+    return cpu if cpu is not None and _on_executor() else sim
+
+
+def _on_executor():
+    from .cpu import active
+    return active()
 
 
 def info():

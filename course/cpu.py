@@ -122,7 +122,8 @@ def _fallback(py, why):
     """Say once per kernel that it runs in the simulator, and why; tell the hook to use the simulator."""
     if py not in _notes:
         _notes.add(py)
-        print(f"course.cpu: {py.__name__} runs in the simulator: the {NAME} does not support {why}")
+        print(f"course.cpu: {py.__name__} runs in the simulator: the {NAME} does not support {why}",
+              file=sys.stderr)
     return False
 
 

@@ -10,7 +10,8 @@ import sys
 import threading
 from types import SimpleNamespace
 
-ENV = "COURSE_DEVICE"  # "gpu", "sim" or "auto" (default)
+ENV = "COURSE_DEVICE"  # "gpu", "cpu" (the CPU executor, course/cpu.py), "sim" or "auto" (default)
+MODES = ("auto", "gpu", "cpu", "sim")
 
 # The builds of numba.cuda whose internals this file was written for and tested against: numba-cuda 0.30.4
 # (requirements.txt on Linux and Windows) and numba-cuda 0.20.1, the newest release that installs on macOS (a
@@ -42,15 +43,31 @@ def _gpu_count():
     return count.value
 
 
-def _choose():
-    """Return (simulator: bool, why: str) from COURSE_DEVICE, NUMBA_ENABLE_CUDASIM or the hardware."""
+def _want():
+    """COURSE_DEVICE, checked: one of MODES."""
     want = os.environ.get(ENV, "auto").strip().lower()
-    if want not in ("auto", "gpu", "sim"):
-        raise ValueError(f"{ENV}={want!r}: use 'gpu', 'sim' or 'auto'")
+    if want not in MODES:
+        raise ValueError(f"{ENV}={want!r}: use 'gpu', 'cpu', 'sim' or 'auto'")
+    return want
+
+
+def executor_wanted(simulator):
+    """True when launches should run on the CPU executor: COURSE_DEVICE=cpu, or auto without a GPU (unless
+    NUMBA_ENABLE_CUDASIM asks for numba's simulator)."""
+    want = _want()
+    if not simulator or want == "sim":
+        return False
+    return want == "cpu" or os.environ.get("NUMBA_ENABLE_CUDASIM", "") in ("", "0")
+
+
+def _choose():
+    """Return (simulator: bool, why: str) from COURSE_DEVICE, NUMBA_ENABLE_CUDASIM or the hardware. The CPU
+    executor runs on top of numba's simulator (its device arrays, and the checks' launches): simulator True."""
+    want = _want()
     if want == "gpu":
         return False, f"{ENV}=gpu"
-    if want == "sim":
-        return True, f"{ENV}=sim"
+    if want in ("sim", "cpu"):
+        return True, f"{ENV}={want}"
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0"):
         return True, "NUMBA_ENABLE_CUDASIM is set"
     n = _gpu_count()
@@ -119,9 +136,16 @@ def simulator_enabled():
     return bool(config.ENABLE_CUDASIM)
 
 
+EXECUTOR_NAME = ("CPU executor (no GPU; kernels compiled for the CPU by numba, course/cpu.py; "
+                 "the exercise checks run in numba's CUDA simulator)")
+
+
 def describe(simulator):
     """A dict describing the device the kernels run on."""
     from numba import cuda
+    executor = sys.modules.get("course.cpu")
+    if simulator and executor is not None and executor.active():
+        return {"mode": "cpu", "name": EXECUTOR_NAME}
     if simulator:
         return {"mode": "simulator", "name": "numba CUDA simulator (no GPU; kernels run as Python threads)"}
     dev = cuda.get_current_device()
@@ -133,7 +157,7 @@ def describe(simulator):
 
 def info_line(d):
     """One line for humans from describe()'s dict."""
-    if d["mode"] == "simulator":
+    if d["mode"] in ("simulator", "cpu"):
         return f"device: {d['name']}"
     return (f"device: {d['name']} (compute capability {d['compute_capability']}, "
             f"{d['sms']} SMs, {d['memory_gib']} GiB)")

@@ -218,6 +218,16 @@ def call(exercise, case, fn, *args, hint="read the error: it names the line of y
         fail(exercise, case, f"your function raised {type(e).__name__}: {e}{_student_where(e)}", hint)
 
 
+def simulated():
+    """The checks run kernels in numba's CUDA simulator, also where launches otherwise go to the CPU executor: it
+    catches what the executor cannot (a missing barrier, out-of-bounds reads as they happen)."""
+    import contextlib
+    if course.SIMULATOR:
+        from course.cpu import simulating
+        return simulating()
+    return contextlib.nullcontext()
+
+
 def exercise(number, more):
     """Decorator for a check(fn, ...): registers hint(number), stops on the stub, on an unusable GPU context,
     turns an exception of the student's code into a CheckFailure and keeps the check's code (which computes
@@ -233,7 +243,8 @@ def exercise(number, more):
             gpu_usable(ex)
             failure = None
             try:
-                what = check(fn, *args, **kw)
+                with simulated():
+                    what = check(fn, *args, **kw)
             except CheckFailure as e:
                 failure = str(e)
             except NotImplementedError as e:
