@@ -230,6 +230,19 @@ def _names(nodes, ctx=None):
     return out
 
 
+def _sane(tree):
+    """Make every node's source range valid (end not before start) after the rewriting moved nodes around."""
+    for n in ast.walk(tree):
+        if "lineno" not in n._attributes or getattr(n, "lineno", None) is None:
+            continue
+        if getattr(n, "end_lineno", None) is None or n.end_lineno < n.lineno:
+            n.end_lineno = n.lineno
+        if n.end_lineno == n.lineno and (getattr(n, "end_col_offset", None) is None
+                                         or n.end_col_offset < n.col_offset):
+            n.end_col_offset = n.col_offset
+    return tree
+
+
 def _fndef(name, args, body):
     """A FunctionDef node of these positional arguments (ast.arg) and statements."""
     a = ast.arguments(posonlyargs=[], args=args, vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
@@ -492,6 +505,7 @@ class _Kernel:
         ast.fix_missing_locations(ast.copy_location(fd, self.tree_anchor()))
         mod = ast.Module(self._device_defs() + [fd], [])
         ast.fix_missing_locations(mod)
+        _sane(mod)
         ns = self.namespace()
         exec(compile(mod, self.py.__code__.co_filename, "exec"), ns)
         self._jit_devices(ns)
@@ -589,7 +603,7 @@ class _Kernel:
         self.functions += [f"unit{i}__c" for i in sorted(self.separate)] + ["launch__c"]
         mod = ast.Module(defs + [fn], [])
         ast.fix_missing_locations(mod)
-        return mod
+        return _sane(mod)
 
     def _loads_stores(self, stmts):
         used = _names(stmts) & set(self.expanded)
