@@ -175,9 +175,18 @@ def performance_warning():
 
 # --- numba internals: everything below reaches into numba-cuda's private modules ------------------------
 
+_BUILD = []  # cuda_build()'s answer, once: reading a distribution's metadata costs ~0.2 ms (every launch asks)
+
+
 def cuda_build():
     """(distribution, version) that provides `numba.cuda`: ("numba-cuda", "0.30.4"), or ("numba", ...) for the
     deprecated copy inside numba itself (what a Mac gets without numba-cuda)."""
+    if not _BUILD:
+        _BUILD.append(_cuda_build())
+    return _BUILD[0]
+
+
+def _cuda_build():
     import numba.cuda
     if "numba_cuda" in numba.cuda.__file__.replace(os.sep, "/").split("/"):
         return "numba-cuda", importlib.metadata.version("numba-cuda")
@@ -407,8 +416,16 @@ def route_launches(hook):
 
 def host_view(a):
     """The NumPy array behind a simulator device array (the array itself for anything else)."""
-    _, kernel = internals()
-    return a._ary if isinstance(a, kernel.FakeCUDAArray) else a
+    return a._ary if isinstance(a, _fake_array()) else a
+
+
+def _fake_array():
+    if not _FAKE:
+        _FAKE.append(internals()[1].FakeCUDAArray)
+    return _FAKE[0]
+
+
+_FAKE = []
 
 
 _swap_lock = threading.Lock()
