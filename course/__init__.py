@@ -23,7 +23,6 @@ if SIMULATOR:
     _patch()
     CPU = _executor_wanted(SIMULATOR)
     _cpu.enable(CPU)
-DEVICE = None if SIMULATOR is None else "cpu" if CPU else "sim" if SIMULATOR else "gpu"
 
 
 def banner():
@@ -52,6 +51,17 @@ def pick(gpu, sim, cpu=None):
 def _on_executor():
     from .cpu import active
     return active()
+
+
+RUNS_ON = {"gpu": "the GPU", "cpu": "the CPU executor (kernels compiled for the CPU by numba)",
+           "sim": "numba's CUDA simulator"}
+
+
+def runs_on():
+    """Where a kernel launched now runs: "gpu", "cpu" (the CPU executor) or "sim" (numba's CUDA simulator)."""
+    if not SIMULATOR:
+        return "gpu"
+    return "cpu" if _on_executor() else "sim"
 
 
 def info():

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 ENV = "COURSE_DEVICE"  # "gpu", "cpu" (the CPU executor, course/cpu.py), "sim" or "auto" (default)
 MODES = ("auto", "gpu", "cpu", "sim")
+SET_BY = "COURSE_SET_CUDASIM"  # the NUMBA_ENABLE_CUDASIM value setup() wrote: a child process (a notebook's kernel
+                               # started by pytest, a command) that inherits it was not asked for the simulator
 
 # The builds of numba.cuda whose internals this file was written for and tested against: numba-cuda 0.30.4
 # (requirements.txt on Linux and Windows) and numba-cuda 0.20.1, the newest release that installs on macOS (a
@@ -57,7 +59,8 @@ def executor_wanted(simulator):
     want = _want()
     if not simulator or want == "sim":
         return False
-    return want == "cpu" or os.environ.get("NUMBA_ENABLE_CUDASIM", "") in ("", "0")
+    by_course = os.environ.get(SET_BY) == os.environ.get("NUMBA_ENABLE_CUDASIM")  # a parent course process set it
+    return want == "cpu" or by_course or os.environ.get("NUMBA_ENABLE_CUDASIM", "") in ("", "0")
 
 
 def _choose():
@@ -79,7 +82,7 @@ def _choose():
 def setup():
     """Decide the mode, set NUMBA_ENABLE_CUDASIM to match, and return (simulator, why)."""
     simulator, why = _choose()
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
+    os.environ["NUMBA_ENABLE_CUDASIM"] = os.environ[SET_BY] = "1" if simulator else "0"
     # Low-occupancy warnings are noise for the small teaching launches; keep the others (host copies).
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
     only = simulator_only()

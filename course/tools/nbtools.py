@@ -267,15 +267,16 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
     "06_train.ipynb": (
         "## Your kernels, your network\n\n"
         "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-05 in place of the "
-        "course's, and `fit` called your `train_step` and `evaluate`: the network above was trained on your code "
-        "wherever it had passed its check (on a GPU every step; in the simulator the first steps, checked equal to the "
-        "NumPy twin that then finished the run). The table says which pieces were yours, and why a piece was not (never "
-        "checked, edited after passing, check failed). `python -m course train --mine` does the same from the "
-        "command line.",
+        "course's, and `fit` called your `train_step` and `evaluate`. On a GPU and on the CPU executor (the default "
+        "without a GPU) every step above ran on your kernels wherever they had passed their checks; in the simulator "
+        "alone (`COURSE_DEVICE=sim`) only the first steps did, checked equal to the NumPy twin that then finished the "
+        "run. The table says which pieces were yours, and why a piece was not (never checked, edited after passing, "
+        "check failed); the lines under it say, for each run, what trained it, where and at which sizes. "
+        "`python -m course train --mine` does the same from the command line.",
         "course.mine.report([\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", "
         "\"5.1\", \"5.2\"])  # the pieces fit() ran\n"
-        "print(f\"test accuracy of the network you trained: {sgd_run['epoch'][-1]['test_acc']:.4f} (SGD), \"\n"
-        "      f\"{best_run['epoch'][-1]['test_acc']:.4f} (momentum)\")"),
+        "for run, name, optimizer in ((sgd_run, \"SGD\", \"sgd\"), (best_run, \"momentum\", \"momentum\")):\n"
+        "    print(course.mine.trained(run, name, course.mine.step_pieces(optimizer)))"),
     "07_landscape.ipynb": (
         "## Your kernels drew these pictures\n\n"
         "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-06 in place of the "
