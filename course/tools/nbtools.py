@@ -280,12 +280,14 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
     "07_landscape.ipynb": (
         "## Your kernels drew these pictures\n\n"
         "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-06 in place of the "
-        "course's: the network above was trained by `fit` (your training step, gradients and updates, where they "
-        "passed), every loss on the surfaces came from your forward and loss kernels, and this notebook's own "
-        "cells hold your combine kernel, projection and filter normalization.",
+        "course's: every loss on the surfaces came from your forward and loss kernels, and this notebook's own "
+        "cells hold your combine kernel, projection and filter normalization. On a GPU and on the CPU executor "
+        "`fit` trained the network on your training step, gradients and updates (where they passed); in the "
+        "simulator alone the NumPy twin trained it. The line under the table says which, where and at which sizes.",
         "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
-        "\"5.2\", \"6.1\", \"6.2\"]  # what they ran on\n"
-        "course.mine.report(pieces);"),
+        "\"6.1\", \"6.2\"]  # what training and the surfaces ran on\n"
+        "course.mine.report(pieces)\n"
+        "print(course.mine.trained(run, \"the network of the pictures\", course.mine.step_pieces(\"sgd\")))"),
     "08_performance.ipynb": (
         "## Your kernels in the benchmark\n\n"
         "The plain loop timed above (`fit`, the recipe of the benchmark) ran your passing kernels wherever "
