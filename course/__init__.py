@@ -14,15 +14,16 @@ except ValueError as _e:  # COURSE_DEVICE is not gpu, sim or auto
     if not _CLI:
         raise
     SIMULATOR, WHY, DEVICE_ERROR = None, None, str(_e)
+from . import cpu  # noqa: E402  (course.cpu.simulating() is a no-op on a GPU, where launches are numba's own)
+
 CPU = False  # True when launches run on the CPU executor (course/cpu.py): COURSE_DEVICE=cpu, or no GPU
 if SIMULATOR:
-    from . import cpu as _cpu
     from .device import executor_wanted as _executor_wanted
     from .device import patch_simulator as _patch
 
     _patch()
     CPU = _executor_wanted(SIMULATOR)
-    _cpu.enable(CPU)
+    cpu.enable(CPU)
 
 
 def banner():

@@ -72,6 +72,8 @@ def _choose():
     if want in ("sim", "cpu"):
         return True, f"{ENV}={want}"
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0"):
+        if os.environ.get(SET_BY) == os.environ["NUMBA_ENABLE_CUDASIM"]:
+            return True, "the course process that started this one found no GPU"
         return True, "NUMBA_ENABLE_CUDASIM is set"
     n = _gpu_count()
     if n > 0:

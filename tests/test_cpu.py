@@ -298,3 +298,21 @@ def test_the_student_kernels_match_the_references(tmp_path, monkeypatch):
         assert any(m.startswith(mine.BUNDLE_PREFIX) for m in compiled), compiled  # their kernels ran here
     finally:
         mine.use_course()
+
+
+def test_the_lines_about_a_run_say_whose_kernels_where_and_at_which_sizes(monkeypatch):
+    """course.mine.trained: every device's history, the student's pieces in place or not."""
+    epoch = [dict(epoch=1, seconds=1.0, test_loss=0.3, test_acc=0.9272)]
+    setup = dict(n_train=59968, n_in=784, hidden=128, batch_size=64)
+    run = dict(epoch=epoch, setup=setup, steps=937, device="cpu")
+    keys = mine.step_pieces("sgd")
+    line = mine.trained(run, "SGD", keys)
+    assert line.startswith("SGD: test accuracy 0.9272 (784-128-10 on 59,968 images, 1 epoch of batch 64)"), line
+    assert "every one of its 937 steps on the course's kernels on the CPU executor" in line, line
+    monkeypatch.setattr(mine, "_INSTALLED", {k: None for k in keys})
+    assert "on your kernels (9 of 9 pieces yours) on the GPU" in mine.trained(dict(run, device="gpu"), "SGD", keys)
+    monkeypatch.setattr(mine, "_INSTALLED", {k: None for k in keys[:3]})
+    twin = dict(run, device="numpy", kernel_steps=3, kernel_device="sim")
+    line = mine.trained(twin, "SGD", keys)
+    assert "steps 1-3 on your kernels where they passed (3 of 9 pieces yours" in line and "the twin" in line, line
+    assert "not by kernels" in mine.trained(dict(run, device="numpy"), "SGD", keys)
