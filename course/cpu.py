@@ -48,7 +48,7 @@ class Unsupported(Exception):
 # ---- the switch: which launches come here -------------------------------------------------------------------
 
 _state = {"on": False, "off_depth": 0}
-_notes = set()     # kernels already reported as falling back
+_notes = {}        # kernel py_func -> why it runs in the simulator (reported once)
 _cache = {}        # (py_func, block, argument types) -> compiled launch, or the Unsupported message
 
 
@@ -119,12 +119,19 @@ def _typeof(a):
 
 
 def _fallback(py, why):
-    """Say once per kernel that it runs in the simulator, and why; tell the hook to use the simulator."""
+    """Say once per kernel that it runs in the simulator, and why (on stderr; for the course's own kernels, which
+    use what only a GPU has on purpose, only in fallbacks()); tell the hook to use the simulator."""
     if py not in _notes:
-        _notes.add(py)
-        print(f"course.cpu: {py.__name__} runs in the simulator: the {NAME} does not support {why}",
-              file=sys.stderr)
+        _notes[py] = why
+        if not str(py.__module__).startswith("course."):
+            print(f"course.cpu: {py.__name__} runs in the simulator: the {NAME} does not support {why}",
+                  file=sys.stderr)
     return False
+
+
+def fallbacks():
+    """(kernel name, why) for every kernel that fell back to the simulator in this process, in order."""
+    return [(py.__name__, why) for py, why in _notes.items()]
 
 
 def _compile(py, block, types):
@@ -282,6 +289,7 @@ class _Kernel:
         body = [ast.Assign([ast.Name(v, ast.Store())], ast.Name(p, ast.Load()), lineno=fn.lineno, col_offset=0)
                 for p, v in renamed.items()] + body
         self.shared = {}                                                    # name -> (shape, dtype name)
+        self.local_shapes = {}                            # local array name -> [(shape, dtype name), declarations]
         body = self._rewrite(body)
         self.tree = self._split(body, top=True)
         self._classify()
@@ -489,9 +497,11 @@ class _Kernel:
             for n in _names(u) & stored:     # a name the kernel never assigns is a global or a builtin
                 seen.setdefault(n, set()).add(i)
         self.expanded = sorted(n for n, where in seen.items() if len(where) > 1)
-        for n in self.expanded:
-            if n in getattr(self, "local_shapes", {}):
-                raise Unsupported(f"the local array {n} used on both sides of a barrier")
+        for n in self.expanded:              # a local array alive across a barrier: one per thread, made per block
+            if n in self.local_shapes:
+                (shape, dt), decls = self.local_shapes[n]
+                for d in decls:                  # the declaration takes this thread's row (a view, no copy)
+                    d.value = ast.copy_location(ast.parse(f"{n}__t[tid__c]", mode="eval").body, d.value)
 
     def probe_types(self, types):
         """numba's types of the expanded variables, from the kernel compiled as one thread with no barriers."""
@@ -524,6 +534,8 @@ class _Kernel:
             if not ts:
                 raise Unsupported(f"the variable {name} (numba found no type for it)")
             t = cres.typing_context.unify_types(*ts)
+            if name in self.local_shapes:
+                continue                                 # an array: its shape and dtype are its declaration's
             if t is None or not isinstance(t, (nt.Number, nt.Boolean)):
                 raise Unsupported(f"the variable {name} ({', '.join(map(str, ts))}) living across a barrier")
             out[name] = t
@@ -549,8 +561,10 @@ class _Kernel:
         return out
 
     def _shared_allocs(self):
-        return [ast.parse(f"{name} = np__c.empty({shape!r}, {dt})").body[0]
-                for name, (shape, dt) in self.shared.items()]
+        """Shared arrays, and the per-thread rows of the local arrays alive across a barrier (for the probe)."""
+        out = [ast.parse(f"{name} = np__c.empty({shape!r}, {dt})").body[0] for name, (shape, dt) in self.shared.items()]
+        return out + [ast.parse(f"{n}__t = np__c.empty({(self.nthreads,) + shape!r}, {dt})").body[0]
+                      for n, ((shape, dt), _) in self.local_shapes.items() if n in self.expanded]
 
     def _device_defs(self):
         return list(getattr(self, "device_defs", []))
@@ -590,6 +604,10 @@ class _Kernel:
         for name, (shape, dt) in self.shared.items():
             head.append(f"{ind}{name} = np__c.empty({shape!r}, {dt})")
         for v in self.expanded:
+            if v in self.local_shapes:
+                (shape, dt), _ = self.local_shapes[v]
+                head.append(f"{ind}{v}__t = np__c.empty({(self.nthreads,) + shape!r}, {dt})")
+                continue
             dt = self.const(np.dtype(str(typemap[v])).type)
             head.append(f"{ind}{v}__t = np__c.empty({self.nthreads}, {dt})")
         head.append(f"{ind}exited__c = np__c.zeros({self.nthreads}, np__c.uint8)")
@@ -609,7 +627,7 @@ class _Kernel:
         used = _names(stmts) & set(self.expanded)
         stored = _names(stmts, ast.Store) & set(self.expanded)
         loads = [ast.parse(f"{v} = {v}__t[tid__c]").body[0] for v in sorted(used)]
-        stores = [ast.parse(f"{v}__t[tid__c] = {v}").body[0] for v in sorted(stored)]
+        stores = [ast.parse(f"{v}__t[tid__c] = {v}").body[0] for v in sorted(stored) if v not in self.local_shapes]
         return loads, stores
 
     def _located(self, stmts, anchor):
@@ -729,10 +747,12 @@ class _CudaRewriter(ast.NodeTransformer):
             return None
         if isinstance(v, ast.Call) and _cuda_path(v.func, self.k.g) == ("local", "array"):
             shape, dt = self._array_args(v)
-            if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                self.k.local_shapes = getattr(self.k, "local_shapes", {})
-                self.k.local_shapes[node.targets[0].id] = (shape, dt)
             node.value = self._name(f"np__c.empty({shape!r}, {dt})", v)
+            if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                name = node.targets[0].id
+                if name in self.k.local_shapes and self.k.local_shapes[name][0][0] != shape:
+                    raise Unsupported(f"two local arrays named {name}", node)
+                self.k.local_shapes.setdefault(name, [(shape, dt), []])[1].append(node)
             return node
         return self.generic_visit(node)
 

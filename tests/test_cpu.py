@@ -222,22 +222,40 @@ def test_out_of_bounds_raises_index_error(executor):
 
 @cuda.jit
 def local_across_barrier_kernel(out):
-    """A local array written before a barrier and read after it: the executor does not expand local arrays."""
+    """A local array written before a barrier and read after it, in a loop: one row per thread on the executor."""
     a = cuda.local.array(2, float32)
     t = cuda.threadIdx.x
     a[0] = float32(t)
+    for k in range(3):
+        cuda.syncthreads()
+        a[1] = a[0] + float32(k)
+    out[t] = a[1] * float32(2)
+
+
+def test_a_local_array_alive_across_barriers(executor):
+    out = d(np.zeros(8, np.float32))
+    local_across_barrier_kernel[1, 8](out)
+    np.testing.assert_array_equal(out.copy_to_host(), 2 * (np.arange(8) + 2))
+
+
+@cuda.jit
+def dynamic_shared_kernel(out):
+    """Dynamic shared memory (its size is the launch's 4th argument): the executor does not run it."""
+    s = cuda.shared.array(0, float32)
+    t = cuda.threadIdx.x
+    s[t] = float32(t)
     cuda.syncthreads()
-    out[t] = a[0] * float32(2)
+    out[t] = s[7 - t]
 
 
 def test_an_unsupported_kernel_falls_back_to_the_simulator_with_a_note(executor, capsys):
     out = d(np.zeros(8, np.float32))
-    local_across_barrier_kernel[1, 8](out)
-    np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(8))  # the simulator ran it, correctly
+    dynamic_shared_kernel[1, 8, 0, 32](out)
+    np.testing.assert_array_equal(out.copy_to_host(), 7 - np.arange(8))  # the simulator ran it, correctly
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert "local_across_barrier_kernel runs in the simulator" in err[0] and "local array a" in err[0], err
-    local_across_barrier_kernel[1, 8](out)
+    assert "dynamic_shared_kernel runs in the simulator" in err[0] and "dynamic shared memory" in err[0], err
+    dynamic_shared_kernel[1, 8, 0, 32](out)
     assert capsys.readouterr().err == ""  # said once per kernel
 
 
@@ -316,3 +334,23 @@ def test_the_lines_about_a_run_say_whose_kernels_where_and_at_which_sizes(monkey
     line = mine.trained(twin, "SGD", keys)
     assert "steps 1-3 on your kernels where they passed (3 of 9 pieces yours" in line and "the twin" in line, line
     assert "not by kernels" in mine.trained(dict(run, device="numpy"), "SGD", keys)
+
+
+@pytest.mark.parametrize("M, K, N", [(1, 1, 1), (3, 17, 5), (130, 9, 131)])
+def test_register_blocked_matmuls_local_arrays_across_barriers(executor, M, K, N):
+    """notebook 08's matmul v3-v5: local accumulators (cuda.local.array) alive across the tile loop's barriers."""
+    from course.perf import matmul_v3, matmul_v4, matmul_v5
+    r = rng(M)
+    A, B = r.standard_normal((M, K)).astype(np.float32), r.standard_normal((K, N)).astype(np.float32)
+    for launcher in (matmul_v3, matmul_v4, matmul_v5):
+        close(launcher(d(A), d(B)).copy_to_host(), A.astype(np.float64) @ B)
+
+
+def test_the_kernels_of_the_course_that_need_a_gpu_say_so_quietly(executor, capsys):
+    """A course kernel the executor cannot run (08's fused kernels: grid-wide barriers, shuffles) falls back without a
+    note on stderr (notebooks compare their outputs); course.cpu.fallbacks() lists it with the construct."""
+    from course.fused import zero_kernel  # noqa: F401  (a module of the course's)
+    import course.fused as fused
+    assert cpu._fallback(fused.forward_kernel.py_func, "a test construct") is False
+    assert capsys.readouterr().err == ""
+    assert any(name == "forward_kernel" and "a test construct" in why for name, why in cpu.fallbacks())
