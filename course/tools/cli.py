@@ -25,7 +25,12 @@ def device_ready():
     import course
     if getattr(course, "DEVICE_ERROR", None):
         raise CommandError(course.DEVICE_ERROR)
-    course.banner()
+    if not _said:
+        course.banner()
+        _said.append(True)
+
+
+_said = []  # the banner is printed once per command (train --mine asks twice)
 
 
 def _int(text):
