@@ -139,7 +139,7 @@ def _compile(py, block, types):
     import numba
     from numba.core.errors import NumbaError
     try:
-        source, ns, launch_name = translate(py, block, types)
+        _, ns, launch_name = translate(py, block, types)
         launch = ns[launch_name]
         launch.compile((numba.int64,) * 3 + tuple(types))
     except Unsupported as e:
@@ -147,6 +147,8 @@ def _compile(py, block, types):
     except NumbaError as e:
         first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
         return f"what numba's CPU compiler says: {first.strip()[:160]}"
+    except Exception as e:  # a construct the translation mishandles: the simulator still runs the kernel
+        return f"this kernel (an error in the executor's translation, {type(e).__name__}: {str(e)[:120]})"
     return launch
 
 
@@ -278,7 +280,7 @@ class _Kernel:
         self.g = dict(py.__globals__)
         if py.__closure__:
             self.g.update(zip(py.__code__.co_freevars, (c.cell_contents for c in py.__closure__)))
-        self.consts, self.functions, self.devices = {}, [], {}
+        self.consts, self.functions, self.devices, self.device_defs = {}, [], {}, []
         self.counter = itertools.count()
         fn = _fn_def(py)
         self.params = [a.arg for a in fn.args.args]
@@ -291,7 +293,7 @@ class _Kernel:
         self.shared = {}                                                    # name -> (shape, dtype name)
         self.local_shapes = {}                            # local array name -> [(shape, dtype name), declarations]
         body = self._rewrite(body)
-        self.tree = self._split(body, top=True)
+        self.tree = self._split(body)
         self._classify()
 
     # -- device functions --
@@ -365,7 +367,7 @@ class _Kernel:
         fd.name = name
         fd.args.args = [ast.arg(c) for c in _CTX] + fd.args.args
         fd.body = self._thread_prologue(fd) + body
-        self.device_defs = getattr(self, "device_defs", []) + [fd]
+        self.device_defs.append(fd)
         self.functions.append(name)
         return name
 
@@ -408,7 +410,7 @@ class _Kernel:
 
     # -- barriers --
 
-    def _split(self, stmts, top=False):
+    def _split(self, stmts):
         """A list of parts: ("region", stmts), ("barrier",), ("while", test, parts), ("if", test, parts, parts)."""
         parts, run = [], []
         for s in stmts:
@@ -567,7 +569,7 @@ class _Kernel:
                       for n, ((shape, dt), _) in self.local_shapes.items() if n in self.expanded]
 
     def _device_defs(self):
-        return list(getattr(self, "device_defs", []))
+        return list(self.device_defs)
 
     def _jit_devices(self, ns):
         import numba
@@ -586,7 +588,6 @@ class _Kernel:
     def generate(self, typemap):
         """The module (an ast): device functions, a function per region that returns, and the launch: loops over
         the grid's blocks, in each a loop over the block's threads per region, loops and ifs over the tests."""
-        self.typemap = typemap
         self.unit_args = list(_CTX[1:]) + self.params + list(self.shared) + [f"{v}__t" for v in self.expanded]
         defs = self._device_defs()
         self.units = list(self._units())
