@@ -71,7 +71,7 @@ def run(args):
     import course
 
     lr = args.lr if args.lr is not None else {"sgd": 0.1, "momentum": 0.05, "adam": 1e-3}[args.optimizer]
-    simulator = bool(course.SIMULATOR) and not course.CPU  # numba's simulator alone: kernels too slow to train
+    simulator = course.runs_on() == "sim"  # numba's simulator alone: kernels too slow to train
     mine = None
     if args.mine:  # before loading: the IDX header parser is a piece too
         device_ready()
