@@ -284,6 +284,7 @@ def tiny():
     return pool(X[:640], 4), y[:640], pool(Xt[:200], 4), yt[:200]
 
 
+@pytest.mark.slow
 def test_fit_on_the_executor_equals_the_numpy_twin(executor):
     """notebook 06's fit, every kernel on the executor: the same losses, step by step, as the NumPy twin."""
     X, y, Xt, yt = tiny()
