@@ -199,3 +199,21 @@ def labels_tell_the_truth(text):
             assert n_in == "784" and int(n_train.replace(",", "")) > 59_900, (n_in, n_train)  # all full batches
         if "NumPy twin" not in how or "steps 1-" in how:
             assert ("your kernels" in how) == (yours > 0) and ("the course's kernels" in how) == (yours == 0), how
+
+
+def test_the_label_scan_catches_a_false_label(monkeypatch):
+    """labels_tell_the_truth, on lines course.mine.trained writes: a true one passes; whose, where or the sizes
+    changed, or the old "the network you trained", fails."""
+    from course import mine
+    monkeypatch.delenv("COURSE_DEVICE", raising=False)
+    keys = mine.step_pieces("sgd")
+    monkeypatch.setattr(mine, "_INSTALLED", {k: None for k in keys})
+    run = dict(epoch=[dict(test_acc=0.9272)], steps=937, device="cpu",
+               setup=dict(n_train=59968, n_in=784, hidden=128, batch_size=64))
+    good = "10 of 10 pieces run your code (saved in mine):\n" + mine.trained(run, "SGD", keys) + "\n"
+    labels_tell_the_truth(good)
+    for bad in (good.replace("on your kernels (9 of 9 pieces yours)", "on the course's kernels"),
+                good.replace("on the CPU executor", "on the GPU"), good.replace("784-128", "49-128"),
+                good + "test accuracy of the network you trained: 0.9\n"):
+        with pytest.raises(AssertionError):
+            labels_tell_the_truth(bad)
