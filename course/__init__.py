@@ -1,4 +1,5 @@
 """GPU training from scratch: the course's shared package. Importing it picks the GPU or the simulator."""
+import os as _os
 import sys as _sys
 
 from .device import setup as _setup
@@ -41,12 +42,16 @@ if not _CLI:
     banner()
 
 
+SIZES = "COURSE_SIZES"  # "sim": the CPU executor takes the simulator's sizes (the test suite: same proof, less time)
+
+
 def pick(gpu, sim, cpu=None):
-    """Return `gpu` on a real GPU, `cpu` on the CPU executor (`sim` when not given) and `sim` in the simulator
-    (e.g. a data size)."""
+    """Return `gpu` on a real GPU, `cpu` on the CPU executor (`sim` when not given, or when COURSE_SIZES=sim) and
+    `sim` in the simulator (e.g. a data size)."""
     if not SIMULATOR:
         return gpu
-    return cpu if cpu is not None and _on_executor() else sim
+    small = _os.environ.get(SIZES, "") == "sim"
+    return cpu if cpu is not None and _on_executor() and not small else sim
 
 
 def _on_executor():
