@@ -15,8 +15,9 @@ divergent barriers and out-of-bounds reads as they happen. The technique is MCUD
 4. the generated module keeps the kernel's file name and line numbers, and runs under `njit(boundscheck=True)`:
    an index out of bounds raises IndexError, as in the simulator.
 
-A kernel the executor cannot run (a warp shuffle, dynamic shared memory, ...) runs in the simulator instead, after a
-one-line note naming the kernel and the construct. The executor runs kernels correctly and fast; its times are a
+A kernel the executor cannot run (a warp shuffle, a grid-wide barrier, dynamic shared memory, ...) runs in the
+simulator instead, after a one-line note on stderr naming the kernel and the construct (for the course's own kernels,
+which use such things on purpose, only in `fallbacks()`). The executor runs kernels correctly and fast; its times are a
 CPU's, not a GPU's, and it cannot show a race (its threads never overlap)."""
 import ast
 import contextlib
