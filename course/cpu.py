@@ -350,6 +350,7 @@ class _Kernel:
         return out
 
     def _merge_globals(self, dev):
+        """Add a device function's module globals (another module's) to the kernel's, refusing a clash."""
         for name, v in dev.__globals__.items():
             if name in self.g and self.g[name] is not v and not name.startswith("__"):
                 raise Unsupported(f"{dev.__name__} (another module) uses a name `{name}` the kernel's module binds "
@@ -375,6 +376,7 @@ class _Kernel:
     # -- cuda.* names --
 
     def _rewrite(self, stmts, in_device=False):
+        """The statements with every cuda.* rewritten (a shared array's declaration dropped: made per block)."""
         out = []
         for s in stmts:
             r = _CudaRewriter(self, in_device).visit(s)
@@ -388,6 +390,7 @@ class _Kernel:
         return name
 
     def dtype_name(self, node):
+        """The generated module's name for the NumPy scalar type a dtype expression (float32, np.int32) means."""
         from numba.np import numpy_support
         value = self._eval(node)
         try:
@@ -397,6 +400,7 @@ class _Kernel:
         return self.const(dt.type)
 
     def shape_value(self, node):
+        """A constant shape expression (TILE, (LANES, COLS)) evaluated in the kernel's globals: a tuple of ints."""
         value = self._eval(node)
         shape = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
         if not all(isinstance(s, (int, np.integer)) and s > 0 for s in shape):
@@ -404,6 +408,7 @@ class _Kernel:
         return tuple(int(s) for s in shape)
 
     def _eval(self, node):
+        """An expression of the kernel's module constants, evaluated now (numba freezes globals the same way)."""
         try:
             return eval(compile(ast.Expression(node), "<shape>", "eval"), self.g)
         except Exception:
@@ -449,6 +454,7 @@ class _Kernel:
 
     @staticmethod
     def _inside_inner_loop(stmt, target):
+        """True when `target` (a break or continue) belongs to a loop inside `stmt`, not to the one around it."""
         for loop in ast.walk(stmt):
             if isinstance(loop, (ast.For, ast.While)):
                 if any(n is target for b in loop.body for n in ast.walk(b)):
@@ -578,6 +584,7 @@ class _Kernel:
             ns[d] = numba.njit(boundscheck=True, error_model="numpy")(ns[d])
 
     def namespace(self):
+        """The generated module's globals: the kernel's, its constants, numpy and the atomics."""
         ns = dict(self.g)
         ns.update(self.consts)
         ns.update(np__c=np, math__c=math, **{f"atomic_{op}__c": _ATOMIC_PY[op] for op in ATOMICS})
@@ -626,6 +633,7 @@ class _Kernel:
         return _sane(mod)
 
     def _loads_stores(self, stmts):
+        """Statements that load a thread's slots of the variables these statements use, and store those they set."""
         used = _names(stmts) & set(self.expanded)
         stored = _names(stmts, ast.Store) & set(self.expanded)
         loads = [ast.parse(f"{v} = {v}__t[tid__c]").body[0] for v in sorted(used)]
@@ -633,6 +641,7 @@ class _Kernel:
         return loads, stores
 
     def _located(self, stmts, anchor):
+        """Give generated statements the source position of `anchor` (errors point at the kernel's line)."""
         for s in stmts:
             for n in ast.walk(s):
                 ast.copy_location(n, anchor)
@@ -700,6 +709,7 @@ class _Kernel:
                                                               + self._located(check, test), test)]
 
     def _thread_prologue(self, anchor):
+        """tx, ty, tz of thread number tid__c in the block (x fastest, as CUDA numbers them)."""
         bx, by, _ = self.block
         src = f"tx__c = tid__c % {bx}\nty__c = (tid__c // {bx}) % {by}\ntz__c = tid__c // {bx * by}"
         return [ast.copy_location(s, anchor) for s in ast.parse(src).body]
