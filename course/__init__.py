@@ -1,4 +1,5 @@
 """GPU training from scratch: the course's shared package. Importing it picks the GPU or the simulator."""
+import os as _os
 import sys as _sys
 
 from . import versions as _versions
@@ -23,7 +24,11 @@ if VERSION_ERROR and not _CLI:
     raise RuntimeError(VERSION_ERROR)
 if not _CLI:
     _versions.warn_at_import()
+from . import cpu  # noqa: E402  (course.cpu.simulating() is a no-op on a GPU, where launches are numba's own)
+
+CPU = False  # True when launches run on the CPU executor (course/cpu.py): COURSE_DEVICE=cpu, or no GPU
 if SIMULATOR:
+    from .device import executor_wanted as _executor_wanted
     from .device import patch_simulator as _patch
 
     try:
@@ -32,11 +37,18 @@ if SIMULATOR:
         if not _CLI:
             raise
         DEVICE_ERROR = " ".join(str(_e).split())  # `python -m course doctor` explains it; other commands stop
+    else:
+        CPU = _executor_wanted(SIMULATOR)
+        cpu.enable(CPU)
 
 
 def banner():
-    """Say on stderr when kernels run in the simulator (on `import course`; the command line prints it itself)."""
-    if SIMULATOR:
+    """Say on stderr where kernels run without a GPU (on `import course`; the command line prints it itself)."""
+    if CPU:
+        print(f"course: CPU executor ({WHY}): kernels compiled for the CPU by numba, the exercise checks in the "
+              "CUDA simulator. COURSE_DEVICE=sim runs everything in the simulator, gpu insists on a GPU.",
+              file=_sys.stderr)
+    elif SIMULATOR:
         print(f"course: CUDA simulator ({WHY}); notebooks shrink their data. "
               "Set COURSE_DEVICE=gpu to insist on a GPU.", file=_sys.stderr)
 
@@ -45,9 +57,32 @@ if not _CLI:
     banner()
 
 
-def pick(gpu, sim):
-    """Return `gpu` on a real GPU and `sim` in the simulator (e.g. a data size)."""
-    return sim if SIMULATOR else gpu
+SIZES = "COURSE_SIZES"  # "sim": the CPU executor takes the simulator's sizes (the test suite: same proof, less time)
+
+
+def pick(gpu, sim, cpu=None):
+    """Return `gpu` on a real GPU, `cpu` on the CPU executor (`sim` when not given, or when COURSE_SIZES=sim) and
+    `sim` in the simulator (e.g. a data size)."""
+    if not SIMULATOR:
+        return gpu
+    small = _os.environ.get(SIZES, "") == "sim"
+    return cpu if cpu is not None and _on_executor() and not small else sim
+
+
+def _on_executor():
+    from .cpu import active
+    return active()
+
+
+RUNS_ON = {"gpu": "the GPU", "cpu": "the CPU executor (kernels compiled for the CPU by numba)",
+           "sim": "numba's CUDA simulator"}
+
+
+def runs_on():
+    """Where a kernel launched now runs: "gpu", "cpu" (the CPU executor) or "sim" (numba's CUDA simulator)."""
+    if not SIMULATOR:
+        return "gpu"
+    return "cpu" if _on_executor() else "sim"
 
 
 def info():

@@ -10,7 +10,10 @@ import sys
 import threading
 from types import SimpleNamespace
 
-ENV = "COURSE_DEVICE"  # "gpu", "sim" or "auto" (default)
+ENV = "COURSE_DEVICE"  # "gpu", "cpu" (the CPU executor, course/cpu.py), "sim" or "auto" (default)
+MODES = ("auto", "gpu", "cpu", "sim")
+SET_BY = "COURSE_SET_CUDASIM"  # the NUMBA_ENABLE_CUDASIM value setup() wrote: a child process (a notebook's kernel
+                               # started by pytest, a command) that inherits it was not asked for the simulator
 
 # The builds of numba.cuda whose internals this file was written for and tested against: numba-cuda 0.30.4
 # (requirements.txt on Linux and Windows) and numba-cuda 0.20.1, the newest release that installs on macOS (a
@@ -59,16 +62,35 @@ def _gpu_count():
     return count.value
 
 
-def _choose():
-    """Return (simulator: bool, why: str) from COURSE_DEVICE, NUMBA_ENABLE_CUDASIM or the hardware."""
+def _want():
+    """COURSE_DEVICE, checked: one of MODES."""
     want = os.environ.get(ENV, "auto").strip().lower()
-    if want not in ("auto", "gpu", "sim"):
-        raise ValueError(f"{ENV}={want!r}: use 'gpu', 'sim' or 'auto'")
+    if want not in MODES:
+        raise ValueError(f"{ENV}={want!r}: use 'gpu', 'cpu', 'sim' or 'auto'")
+    return want
+
+
+def executor_wanted(simulator):
+    """True when launches should run on the CPU executor: COURSE_DEVICE=cpu, or auto without a GPU (unless
+    NUMBA_ENABLE_CUDASIM asks for numba's simulator)."""
+    want = _want()
+    if not simulator or want == "sim":
+        return False
+    by_course = os.environ.get(SET_BY) == os.environ.get("NUMBA_ENABLE_CUDASIM")  # a parent course process set it
+    return want == "cpu" or by_course or os.environ.get("NUMBA_ENABLE_CUDASIM", "") in ("", "0")
+
+
+def _choose():
+    """Return (simulator: bool, why: str) from COURSE_DEVICE, NUMBA_ENABLE_CUDASIM or the hardware. The CPU
+    executor runs on top of numba's simulator (its device arrays, and the checks' launches): simulator True."""
+    want = _want()
     if want == "gpu":
         return False, f"{ENV}=gpu"
-    if want == "sim":
-        return True, f"{ENV}=sim"
+    if want in ("sim", "cpu"):
+        return True, f"{ENV}={want}"
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0"):
+        if os.environ.get(SET_BY) == os.environ["NUMBA_ENABLE_CUDASIM"]:
+            return True, "the course process that started this one found no GPU"
         return True, "NUMBA_ENABLE_CUDASIM is set"
     n = _gpu_count()
     if n > 0:
@@ -79,7 +101,7 @@ def _choose():
 def setup():
     """Decide the mode, set NUMBA_ENABLE_CUDASIM to match, and return (simulator, why)."""
     simulator, why = _choose()
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if simulator else "0"
+    os.environ["NUMBA_ENABLE_CUDASIM"] = os.environ[SET_BY] = "1" if simulator else "0"
     # Low-occupancy warnings are noise for the small teaching launches; keep the others (host copies).
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
     only = simulator_only()
@@ -136,9 +158,16 @@ def simulator_enabled():
     return bool(config.ENABLE_CUDASIM)
 
 
+EXECUTOR_NAME = ("CPU executor (no GPU; kernels compiled for the CPU by numba, course/cpu.py; "
+                 "the exercise checks run in numba's CUDA simulator)")
+
+
 def describe(simulator):
     """A dict describing the device the kernels run on."""
     from numba import cuda
+    executor = sys.modules.get("course.cpu")
+    if simulator and executor is not None and executor.active():
+        return {"mode": "cpu", "name": EXECUTOR_NAME}
     if simulator:
         return {"mode": "simulator", "name": "numba CUDA simulator (no GPU; kernels run as Python threads)"}
     dev = cuda.get_current_device()
@@ -150,7 +179,7 @@ def describe(simulator):
 
 def info_line(d):
     """One line for humans from describe()'s dict."""
-    if d["mode"] == "simulator":
+    if d["mode"] in ("simulator", "cpu"):
         return f"device: {d['name']}"
     return (f"device: {d['name']} (compute capability {d['compute_capability']}, "
             f"{d['sms']} SMs, {d['memory_gib']} GiB)")
@@ -168,9 +197,18 @@ def performance_warning():
 
 # --- numba internals: everything below reaches into numba-cuda's private modules ------------------------
 
+_BUILD = []  # cuda_build()'s answer, once: reading a distribution's metadata costs ~0.2 ms (every launch asks)
+
+
 def cuda_build():
     """(distribution, version) that provides `numba.cuda`: ("numba-cuda", "0.30.4"), or ("numba", ...) for the
     deprecated copy inside numba itself (what a Mac gets without numba-cuda)."""
+    if not _BUILD:
+        _BUILD.append(_cuda_build())
+    return _BUILD[0]
+
+
+def _cuda_build():
     import numba.cuda
     if "numba_cuda" in numba.cuda.__file__.replace(os.sep, "/").split("/"):
         return "numba-cuda", importlib.metadata.version("numba-cuda")
@@ -456,6 +494,48 @@ def _install_block_pool(kernel):
     kernel.BlockManager.run = run
     kernel._CourseWorker = Worker
     _install_launch_deadline(kernel)
+
+
+_route = []  # the CPU executor's hook, once installed (route_launches)
+
+
+def route_launches(hook):
+    """Offer every launch of a simulator kernel to hook(kernel, grid, block, dynshared, args) first (course.cpu);
+    it returns True when it ran the launch, False for the simulator to run it. Installed once; idempotent.
+
+    Patches `FakeCUDAKernel.__call__` (numba_cuda/numba/cuda/simulator/kernel.py): device functions, and calls
+    from inside a simulated kernel, go straight to the simulator's own code."""
+    _, kernel = internals()
+    if _route:
+        _route[0] = hook
+        return
+    _route.append(hook)
+    upstream = kernel.FakeCUDAKernel.__call__
+
+    def call(self, *args):
+        if self._device or kernel._kernel_context is not None:
+            return upstream(self, *args)
+        grid, block = kernel.normalize_kernel_dimensions(self.grid_dim, self.block_dim)
+        if _route[0](self, tuple(grid), tuple(block), self.dynshared_size, args):
+            return None
+        return upstream(self, *args)
+
+    call._course = True
+    kernel.FakeCUDAKernel.__call__ = call
+
+
+def host_view(a):
+    """The NumPy array behind a simulator device array (the array itself for anything else)."""
+    return a._ary if isinstance(a, _fake_array()) else a
+
+
+def _fake_array():
+    if not _FAKE:
+        _FAKE.append(internals()[1].FakeCUDAArray)
+    return _FAKE[0]
+
+
+_FAKE = []
 
 
 _swap_lock = threading.Lock()

@@ -51,6 +51,12 @@ PIECES = {  # exercise -> (piece, the course's object it replaces); only a same-
     "10.1": ("grid-stride SGD", "course.merged:sgd_gridstride_kernel"),
 }
 UPDATE = {"sgd": "5.1", "momentum": "5.2", "adam": "5.3"}
+STEP_PIECES = ("1.3", "2.3", "3.1", "3.2", "3.3", "4.1", "4.2", "4.3")  # what notebook 06's step runs, the update aside
+
+
+def step_pieces(optimizer="sgd"):
+    """The exercises whose kernels a training step of notebook 06 (fit) runs with this optimizer."""
+    return STEP_PIECES + (UPDATE[optimizer],)
 ALWAYS_COURSE = "gather of the labels, column sums (db), count_correct, zero and divide"  # no exercise for these
 MARKER_RE = re.compile(r"^\s*#\s*Exercise (\d+\.\d+)\b", re.M)
 BEGIN = "### BEGIN SOLUTION"  # a cell with it is the course's reference solution, never the student's
@@ -666,6 +672,35 @@ def report(keys=None):
 def installed():
     """{exercise: the student's solution} currently in place."""
     return dict(_INSTALLED)
+
+
+WHERE = {"gpu": "on the GPU", "cpu": "on the CPU executor (kernels compiled for the CPU by numba)",
+         "sim": "in numba's CUDA simulator"}
+
+
+def whose(keys):
+    """Whose kernels run these pieces now: "your kernels", "the course's kernels", or yours where they passed."""
+    mine = [k for k in keys if k in _INSTALLED]
+    if len(mine) == len(keys):
+        return f"your kernels ({len(mine)} of {len(keys)} pieces yours)"
+    if not mine:
+        return "the course's kernels"
+    return f"your kernels where they passed ({len(mine)} of {len(keys)} pieces yours, the others the course's)"
+
+
+def trained(run, name, keys):
+    """One line that says what trained `run` (a history of notebook 06's fit, fit_sim or fit_ref): whose kernels,
+    on which device, at which sizes, for how many of its steps; and its final test accuracy."""
+    setup, acc = run.get("setup", {}), run["epoch"][-1]["test_acc"]
+    sizes = (f"{setup.get('n_in', '?')}-{setup.get('hidden', '?')}-10 on {setup.get('n_train', 0):,} images, "
+             f"{len(run['epoch'])} epoch{'s' if len(run['epoch']) > 1 else ''} of batch {setup.get('batch_size')}")
+    head = f"{name}: test accuracy {acc:.4f} ({sizes})"
+    if run.get("device") == "numpy":
+        k = run.get("kernel_steps", 0)
+        kernels = (f"steps 1-{k} on {whose(keys)} {WHERE[run.get('kernel_device', 'sim')]}, checked equal to the "
+                   "NumPy twin; the twin (fit_ref, NumPy on the host) trained the rest and made this accuracy") if k             else "trained by the NumPy twin (fit_ref, on the host), not by kernels"
+        return f"{head}: {kernels}"
+    return f"{head}: every one of its {run.get('steps', '?')} steps on {whose(keys)} {WHERE[run['device']]}"
 
 
 # ---- a simulated student, for the tests and scripts/mine_gpu.sh ----

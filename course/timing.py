@@ -7,6 +7,7 @@ from numba import cuda, float32
 import course
 
 SIM_NOTE = "simulator: timings meaningless"  # what every simulator timing carries (label, sim_note)
+CPU_NOTE = "CPU executor: CPU timings, not a GPU's"  # what every timing on the CPU executor carries
 HOLD_ITERATIONS = 1_000_000  # dependent multiply-adds: about 2 ms on an H200, longer than launching fn() takes
 
 
@@ -20,15 +21,27 @@ def hold_kernel(n, sink):
         sink[0] = x
 
 
+def _note():
+    """The note every time carries off the GPU: the CPU executor's while it runs the launches, else the simulator's."""
+    from course.cpu import active
+    return CPU_NOTE if active() else SIM_NOTE
+
+
 def label(text):
-    """`text` with "(simulator: timings meaningless)" appended in the simulator: for every plot title and printed
-    line that shows a time (the simulator runs each GPU thread as Python code: its times say nothing about a GPU)."""
-    return f"{text} ({SIM_NOTE})" if course.SIMULATOR else text
+    """`text` with "(simulator: timings meaningless)" appended in the simulator, "(CPU executor: CPU timings, not a
+    GPU's)" on the CPU executor: for every plot title and printed line that shows a time (the simulator runs each GPU
+    thread as Python code, the executor compiles them for the CPU: neither says anything about a GPU's times)."""
+    return f"{text} ({_note()})" if course.SIMULATOR else text
 
 
 def sim_note():
-    """Print, in the simulator only, a line saying that the timings printed next mean nothing (before a table)."""
-    if course.SIMULATOR:
+    """Print, off the GPU only, a line saying that the timings printed next are not a GPU's (before a table)."""
+    if not course.SIMULATOR:
+        return
+    if _note() == CPU_NOTE:
+        print(f"({CPU_NOTE}: the CPU executor runs the kernels as compiled CPU loops; the saved GPU run has the "
+              "GPU's)")
+    else:
         print(f"({SIM_NOTE}: the simulator runs each GPU thread as Python code; the saved GPU run has the real ones)")
 
 

@@ -119,7 +119,8 @@ def fit(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, 
             print(timing.label(f"epoch {epoch:2d}  {seconds:6.2f} s  test loss {test_loss:.4f}  test accuracy {test_acc:.4f}"))
         if step == max_steps:
             break
-    hist["params"] = params
+    hist.update(params=params, steps=step, device=course.runs_on(),   # what ran it: labels say so (course.mine)
+                setup=dict(n_train=n, n_in=X_train.shape[1], hidden=hidden, batch_size=batch_size))
     return hist
 
 
@@ -195,7 +196,8 @@ def fit_ref(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=
         if step == max_steps:
             break
     params.copy_from_host(p)
-    hist["params"] = params
+    hist.update(params=params, steps=step, device="numpy",
+                setup=dict(n_train=n, n_in=X_train.shape[1], hidden=hidden, batch_size=batch_size))
     return hist
 
 
@@ -210,7 +212,9 @@ def fit_sim(X_train, y_train, X_test, y_test, kernel_steps=3, kernel_test=16, **
     if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
         raise AssertionError(f"the kernels' losses {np.round(got, 5)} differ from the NumPy twin's "
                              f"{np.round(want, 5)}: train_step (or a kernel) does not compute what the twin does")
-    print(f"steps 1-{len(got)} on the course's kernels: losses {', '.join(f'{v:.4f}' for v in got)}, equal to "
-          f"the NumPy twin's (max difference {np.max(np.abs(got - want)):.1e}); the twin trained the rest")
-    twin.update(kernel_steps=len(got), kernel_loss=run["loss"])
+    from course.mine import step_pieces, whose
+    print(f"steps 1-{len(got)} on {whose(step_pieces(kw.get('optimizer', 'sgd')))} in the simulator: losses "
+          f"{', '.join(f'{v:.4f}' for v in got)}, equal to the NumPy twin's (max difference "
+          f"{np.max(np.abs(got - want)):.1e}); the twin trained the rest")
+    twin.update(kernel_steps=len(got), kernel_loss=run["loss"], kernel_device=run["device"])
     return twin

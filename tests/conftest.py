@@ -12,6 +12,12 @@ import pytest
 
 import course  # noqa: F401
 
+# The tests run their kernels in the simulator, as before the CPU executor (course/cpu.py) came; tests/test_cpu.py
+# runs them on the executor (course.cpu.running()). Notebooks and `python -m course` in subprocesses choose for
+# themselves (COURSE_DEVICE, or the executor without a GPU).
+if course.SIMULATOR:
+    course.cpu.enable(False)
+
 # A passing check saves the solution for course.use_mine(): in tests (and the notebooks and JupyterLab they start),
 # into a folder of the test run, never into the checkout's notebooks/exercises/mine/.
 os.environ.setdefault("COURSE_MINE_DIR", os.path.join(tempfile.mkdtemp(prefix="course-mine-"), "mine"))

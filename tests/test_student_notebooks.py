@@ -171,4 +171,55 @@ def test_student_notebook_with_solutions_runs_to_the_end(path):
         assert last < first / 2, (first, last)                 # the curve falls
         accuracies = [float(a) for a in re.findall(r"^test accuracy: ([\d.]+)$", text, re.M)]
         assert len(accuracies) == 2 and min(accuracies) >= 0.85, accuracies
-        assert "on the course's kernels" in text and "equal to the NumPy twin's" in text
+    if path.name in ("06_train.ipynb", "07_landscape.ipynb"):
+        labels_tell_the_truth(text)
+
+
+WHERE = {"cpu": "on the CPU executor", "sim": "in numba's CUDA simulator", "gpu": "on the GPU"}
+TRAINED_RE = re.compile(r"^(.+): test accuracy ([\d.]+) \((\d+)-(\d+)-10 on ([\d,]+) images, (\d+) epochs? of batch "
+                        r"(\d+)\): (.+)$", re.M)
+
+
+def labels_tell_the_truth(text):
+    """The payoff's lines (course.mine.trained) say whose kernels trained the network, where, at which sizes; they
+    agree with the table printed above them, and nothing calls the NumPy twin's result the student's."""
+    import os
+    assert "the network you trained" not in text          # the old label, true only on a GPU
+    from course import mine
+    assert re.search(r"\d+ of \d+ pieces run your code", text), "no table of whose kernels ran"
+    rows = dict(re.findall(r"^  (\d+\.\d+)  .{36} (yours|course's)", text, re.M))   # the table: piece -> whose
+    kernels = set(mine.STEP_PIECES) | set(mine.UPDATE.values())                     # what a training step runs
+    yours = sum(rows.get(k) == "yours" for k in kernels)
+    lines = TRAINED_RE.findall(text)
+    assert lines, "no line saying what trained the network"
+    import course
+    want = os.environ.get("COURSE_DEVICE", "auto")           # what the notebook's kernel chose: as `import course`
+    if want not in ("sim", "gpu", "cpu"):
+        want = "cpu" if course.SIMULATOR else "gpu"
+    for name, acc, n_in, hidden, n_train, epochs, batch, how in lines:
+        if want == "sim":
+            assert "NumPy twin" in how and (WHERE["sim"] in how or "not by kernels" in how), how
+        else:
+            assert how.startswith("every one of its") and WHERE[want] in how, how
+            assert n_in == "784" and int(n_train.replace(",", "")) > 59_900, (n_in, n_train)  # all full batches
+        if "NumPy twin" not in how or "steps 1-" in how:
+            assert ("your kernels" in how) == (yours > 0) and ("the course's kernels" in how) == (yours == 0), how
+
+
+def test_the_label_scan_catches_a_false_label(monkeypatch):
+    """labels_tell_the_truth, on lines course.mine.trained writes: a true one passes; whose, where or the sizes
+    changed, or the old "the network you trained", fails."""
+    from course import mine
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    keys = mine.step_pieces("sgd")
+    monkeypatch.setattr(mine, "_INSTALLED", {k: None for k in keys})
+    run = dict(epoch=[dict(test_acc=0.9272)], steps=937, device="cpu",
+               setup=dict(n_train=59968, n_in=784, hidden=128, batch_size=64))
+    table = mine.table({k: (object(), "yours") for k in keys})   # as course.mine.report prints it
+    good = "\n".join(table) + "\n" + mine.trained(run, "SGD", keys) + "\n"
+    labels_tell_the_truth(good)
+    for bad in (good.replace("on your kernels (9 of 9 pieces yours)", "on the course's kernels"),
+                good.replace("on the CPU executor", "on the GPU"), good.replace("784-128", "49-128"),
+                good + "test accuracy of the network you trained: 0.9\n"):
+        with pytest.raises(AssertionError):
+            labels_tell_the_truth(bad)

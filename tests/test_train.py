@@ -83,7 +83,7 @@ def test_fit_sim_checks_the_kernels_against_the_twin(small, monkeypatch, capsys)
     hist = fit_sim(X, y, Xt, yt, kernel_steps=2, **kw)
     assert hist["kernel_steps"] == 2 and len(hist["step_loss"]) == 6
     np.testing.assert_allclose(hist["kernel_loss"], hist["step_loss"][:2], rtol=1e-4)
-    assert "steps 1-2 on the course's kernels" in capsys.readouterr().out
+    assert "steps 1-2 on the course's kernels in the simulator" in capsys.readouterr().out
     right = course.train.train_step
 
     def wrong_step(Xb, yb, params, grads, opt, buf):  # updates twice: the second step's loss differs from the twin's

@@ -277,6 +277,16 @@ def call(exercise, case, fn, *args, hint="read the error: it names the line of y
         fail(exercise, case, f"your function raised {type(e).__name__}: {e}{_student_where(e)}", hint)
 
 
+def simulated():
+    """The checks run kernels in numba's CUDA simulator, also where launches otherwise go to the CPU executor: it
+    catches what the executor cannot (a missing barrier, out-of-bounds reads as they happen)."""
+    import contextlib
+    if course.SIMULATOR:
+        from course.cpu import simulating
+        return simulating()
+    return contextlib.nullcontext()
+
+
 def exercise(number, more, nudges=()):
     """Decorator for a check(fn, ...): registers hint(number) (`nudges`, then `more`: the answer's code), stops on
     the stub, on an unusable GPU context, turns an exception of the student's code into a CheckFailure and keeps
@@ -293,7 +303,8 @@ def exercise(number, more, nudges=()):
             gpu_usable(ex)
             failure = None
             try:
-                what = check(fn, *args, **kw)
+                with simulated():
+                    what = check(fn, *args, **kw)
             except CheckFailure as e:
                 failure = str(e)
             except NotImplementedError as e:

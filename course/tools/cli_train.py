@@ -1,5 +1,6 @@
 """`python -m course train`: the training loop of notebook 06 from the command line."""
 import sys
+import time
 from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,9 +29,10 @@ def add_parser(sub):
     p.add_argument("--optimizer", choices=["sgd", "momentum", "adam"], default="sgd")
     p.add_argument("--seed", type=natural_int, default=0)
     p.add_argument("--quick", action="store_true",
-                   help=f"the first {QUICK_TRAIN} training and {QUICK_TEST} test images; in the simulator 7x7-pooled images, "
-                        "at most 16 hidden units, the kernels for 2 steps, then notebook 06's NumPy twin on every "
-                        "training image: checks the pipeline in under a minute and still learns")
+                   help=f"the first {QUICK_TRAIN} training and {QUICK_TEST} test images; in the simulator alone "
+                        "(COURSE_DEVICE=sim) 7x7-pooled images, at most 16 hidden units, the kernels for 2 steps, then "
+                        "notebook 06's NumPy twin on every training image: checks the pipeline in under a minute and "
+                        "still learns")
     p.add_argument("--out", type=output_file, default=None, help="write the results as JSON to this file")
     p.add_argument("--mine", action="store_true", help="run your passing exercise solutions (course.mine) wherever "
                    "they exist, the course's kernels elsewhere; prints which are yours")
@@ -55,6 +57,13 @@ def load(args):
     return data, found or "other (verified by its SHA256SUMS)", root
 
 
+def closing_note(hist, optimizer, seconds):
+    """What trained the network, where, at which sizes, and how long it took (wall clock, compiling included)."""
+    from course.mine import step_pieces, trained
+    from course.timing import label
+    return label(f"trained in {seconds:.0f} s") + ": " + trained(hist, "the network", step_pieces(optimizer))
+
+
 def run(args):
     """Load the data, train, print per-epoch metrics and `test accuracy: 0.xxxx`, write JSON if asked."""
     import numpy as np
@@ -62,6 +71,7 @@ def run(args):
     import course
 
     lr = args.lr if args.lr is not None else {"sgd": 0.1, "momentum": 0.05, "adam": 1e-3}[args.optimizer]
+    simulator = course.runs_on() == "sim"  # numba's simulator alone: kernels too slow to train
     mine = None
     if args.mine:  # before loading: the IDX header parser is a piece too
         device_ready()
@@ -72,7 +82,7 @@ def run(args):
     hidden, batch_size, n_train, n_test = args.hidden, args.batch_size, len(X_train), len(X_test)
     if args.quick:
         n_train, n_test = min(QUICK_TRAIN, len(X_train)), min(QUICK_TEST, len(X_test))
-        if course.SIMULATOR:  # the NumPy twin takes every training image (below)
+        if simulator:  # the NumPy twin takes every training image (below)
             n_train = len(X_train)
             hidden, batch_size = min(hidden, 16), min(batch_size, 32)
     if batch_size > n_train:
@@ -87,7 +97,7 @@ def run(args):
     train = fit
     if args.quick:
         X_train, y_train, X_test, y_test = X_train[:n_train], y_train[:n_train], X_test[:n_test], y_test[:n_test]
-        if course.SIMULATOR:  # a kernel step takes seconds there: 2 on the kernels, then the NumPy twin (checked)
+        if simulator:  # a kernel step takes seconds there: 2 on the kernels, then the NumPy twin (checked)
             X_train, X_test = pool(X_train, 4), pool(X_test, 4)
             train = partial(fit_sim, kernel_steps=2)
         print(f"--quick: {len(X_train)} training and {len(X_test)} test images of {X_train.shape[1]} pixels, "
@@ -95,6 +105,7 @@ def run(args):
     device = describe(course.SIMULATOR)
     print(f"{dataset}: {len(X_train):,} training / {len(X_test):,} test images on {device['name']}; "
           f"{X_train.shape[1]}-{hidden}-10, {args.optimizer} lr={lr:g}, batch size {batch_size}, {args.epochs} epochs")
+    t0 = time.perf_counter()
     try:
         hist = train(X_train, y_train, X_test, y_test, hidden=hidden, epochs=args.epochs, batch_size=batch_size,
                    lr=lr, optimizer=args.optimizer, seed=args.seed, log_every=10 if args.quick else 50)
@@ -107,6 +118,7 @@ def run(args):
         whose = "; --mine: the table above says which kernels were yours" if mine else ""
         print(f"error: {' '.join(str(e).split())}{whose}", file=sys.stderr)
         return 1
+    print(closing_note(hist, args.optimizer, time.perf_counter() - t0))
     last = hist["epoch"][-1]
     print(f"test accuracy: {last['test_acc']:.4f}")
     if args.out is None:

@@ -282,34 +282,38 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
     "06_train.ipynb": (
         "## Your kernels, your network\n\n"
         "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-05 in place of the "
-        "course's, and `fit` called your `train_step` and `evaluate`: the network above was trained on your code "
-        "wherever it had passed its check (on a GPU every step; in the simulator the first steps, checked equal to the "
-        "NumPy twin that then finished the run). The table says which pieces were yours, and why a piece was not (never "
-        "checked, edited after passing, check failed). `python -m course train --mine` does the same from the "
-        "command line.",
+        "course's, and `fit` called your `train_step` and `evaluate`. On a GPU and on the CPU executor (the default "
+        "without a GPU) every step above ran on your kernels wherever they had passed their checks; in the simulator "
+        "alone (`COURSE_DEVICE=sim`) only the first steps did, checked equal to the NumPy twin that then finished the "
+        "run. The table says which pieces were yours, and why a piece was not (never checked, edited after passing, "
+        "check failed); the lines under it say, for each run, what trained it, where and at which sizes. "
+        "`python -m course train --mine` does the same from the command line.",
         "course.mine.report([\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", "
         "\"5.1\", \"5.2\"])  # the pieces fit() ran\n"
-        "print(f\"test accuracy of the network you trained: {sgd_run['epoch'][-1]['test_acc']:.4f} (SGD), \"\n"
-        "      f\"{best_run['epoch'][-1]['test_acc']:.4f} (momentum)\")"),
+        "for run, name, optimizer in ((sgd_run, \"SGD\", \"sgd\"), (best_run, \"momentum\", \"momentum\")):\n"
+        "    print(course.mine.trained(run, name, course.mine.step_pieces(optimizer)))"),
     "07_landscape.ipynb": (
         "## Your kernels drew these pictures\n\n"
         "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-06 in place of the "
-        "course's: the network above was trained by `fit` (your training step, gradients and updates, where they "
-        "passed), every loss on the surfaces came from your forward and loss kernels, and this notebook's own "
-        "cells hold your combine kernel, projection and filter normalization.",
+        "course's: every loss on the surfaces came from your forward and loss kernels, and this notebook's own "
+        "cells hold your combine kernel, projection and filter normalization. On a GPU and on the CPU executor "
+        "`fit` trained the network on your training step, gradients and updates (where they passed); in the "
+        "simulator alone the NumPy twin trained it. The line under the table says which, where and at which sizes.",
         "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
-        "\"5.2\", \"6.1\", \"6.2\"]  # what they ran on\n"
-        "course.mine.report(pieces);"),
+        "\"6.1\", \"6.2\"]  # what training and the surfaces ran on\n"
+        "course.mine.report(pieces)\n"
+        "print(course.mine.trained(run, \"the network of the pictures\", course.mine.step_pieces(\"sgd\")))"),
     "10_fused.ipynb": (
         "## Your kernels in the benchmark\n\n"
         "The plain loop timed above (`fit`, the recipe of the benchmark) ran your passing kernels wherever "
-        "`course.use_mine()` in the first cell found them. Here is its row next to the benchmark's, and whose "
-        "each piece was.",
+        "`course.use_mine()` in the first cell found them. Here is whose each piece was, and one line that says "
+        "whose kernels trained that run, where, and at which sizes (without a GPU the notebook's sizes are small: "
+        "the line says so).",
         "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
         "\"6.1\", \"6.2\"]  # what fit() ran\n"
         "course.mine.report(pieces)\n"
-        "t = course.timing.label(f\"{plain_s * 1e3:10.1f} ms\")\n"
-        "print(f\"{'your kernels (plain)':22s} {t:>20s}  test acc {plain_acc:.4f}\")"),
+        "print(course.mine.trained(plain_run, \"the plain loop\", course.mine.step_pieces(\"sgd\")))\n"
+        "print(\"its epoch:\", course.timing.label(f\"{plain_s * 1e3:.1f} ms\"))"),
 }
 
 
