@@ -281,10 +281,11 @@ def test_train_mine_quick_whose_kernels_differ_from_the_twin_is_one_line(capsys,
         raise AssertionError("the kernels' losses [2.3 2.1] differ from the NumPy twin's [2.3 2.2]: train_step "
                              "(or a kernel) does not compute what the twin does")
     monkeypatch.setattr(course.train, "fit_sim", differs)
+    monkeypatch.setattr(course, "runs_on", lambda: "sim")  # --quick trains with fit_sim where the simulator runs
     monkeypatch.setattr(cli_module, "_ANNOUNCED", [])
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     rc, out, err = cli(capsys, "train", "--mine", "--quick", "--epochs", "1")
     lines = [line for line in err.splitlines() if line.strip()]
     assert rc == 1 and "Traceback" not in err and len(lines) == 2, err
-    assert lines[0].startswith(BANNER) and lines[1].startswith("error: the kernels' losses [2.3 2.1] differ")
+    assert lines[0].startswith(BANNERS) and lines[1].startswith("error: the kernels' losses [2.3 2.1] differ")
     assert "--mine: the table above says which kernels were yours" in lines[1]

@@ -22,7 +22,7 @@ from course.update import adam, adam_ref, momentum, momentum_ref, sgd, sgd_ref
 pytestmark = pytest.mark.skipif(not course.SIMULATOR, reason="the executor runs where there is no GPU")
 
 # float32 tolerances: a dot product of K terms summed in another order than NumPy's differs by ~sqrt(K) ulps of its
-# largest terms: errors are measured relative to the largest value of the result (as notebook 08 does)
+# largest terms: errors are measured relative to the largest value of the result (as notebook 09 does)
 REL = 1e-5
 SIZES = [(1, 1, 1), (3, 17, 5), (37, 50, 21), (64, 784, 33)]   # (rows, inner, columns): none a multiple of 16
 
@@ -339,8 +339,8 @@ def test_the_lines_about_a_run_say_whose_kernels_where_and_at_which_sizes(monkey
 
 @pytest.mark.parametrize("M, K, N", [(1, 1, 1), (3, 17, 5), (130, 9, 131)])
 def test_register_blocked_matmuls_local_arrays_across_barriers(executor, M, K, N):
-    """notebook 08's matmul v3-v5: local accumulators (cuda.local.array) alive across the tile loop's barriers."""
-    from course.perf import matmul_v3, matmul_v4, matmul_v5
+    """notebook 09's matmul v3-v5: local accumulators (cuda.local.array) alive across the tile loop's barriers."""
+    from course.matmul import matmul_v3, matmul_v4, matmul_v5
     r = rng(M)
     A, B = r.standard_normal((M, K)).astype(np.float32), r.standard_normal((K, N)).astype(np.float32)
     for launcher in (matmul_v3, matmul_v4, matmul_v5):
@@ -348,7 +348,7 @@ def test_register_blocked_matmuls_local_arrays_across_barriers(executor, M, K, N
 
 
 def test_the_kernels_of_the_course_that_need_a_gpu_say_so_quietly(executor, capsys):
-    """A course kernel the executor cannot run (08's fused kernels: grid-wide barriers, shuffles) falls back without a
+    """A course kernel the executor cannot run (10's fused kernels: grid-wide barriers, shuffles) falls back without a
     note on stderr (notebooks compare their outputs); course.cpu.fallbacks() lists it with the construct."""
     from course.fused import zero_kernel  # noqa: F401  (a module of the course's)
     import course.fused as fused
