@@ -390,3 +390,12 @@ def test_a_check_without_the_largest_block_is_refused():
             core.run_cases("Exercise 1.2", scale_kernel, cases, hint="h")
     with pytest.raises(ValueError, match="a block of 64 threads"):
         core.run_cases("Exercise 1.2", scale_kernel, cases, hint="h", largest=64)
+
+
+@pytest.mark.parametrize("given, says", [(5, "got int 5"), (lambda x: x, "a function <lambda> without @cuda.jit")])
+def test_a_check_given_something_that_is_not_a_kernel_says_so(given, says):
+    """Issue 32: a check given a non-kernel said "'int' object is not subscriptable"."""
+    with pytest.raises(CheckFailure) as e:
+        c01.check_scale_kernel(given)
+    msg = str(e.value)
+    assert "expected a @cuda.jit kernel" in msg and says in msg and "subscriptable" not in msg, msg

@@ -512,11 +512,20 @@ def settle_simulator(kernel, timeout=30.0):
     settle_simulator(kernel, timeout)
 
 
+def _what(x):
+    """A short name of what a check got instead of a kernel: "a function (no @cuda.jit)", "int 5"."""
+    if callable(x):
+        return f"a function {getattr(x, '__name__', '')!s} without @cuda.jit".replace("  ", " ")
+    return f"{type(x).__name__} {x!r}"[:80]
+
+
 def launch(exercise, case, kernel, grid, block, args, hint):
     """Launch and synchronise, turning an out-of-bounds access, an exception or a GPU fault into a check
     failure that names the case. First the compile gate (`compile_gate`): on either machine, a kernel that no
     GPU compiles, or one that computes in float64 on float32 arrays, fails before it runs."""
     __tracebackhide__ = True
+    if not (hasattr(kernel, "py_func") and hasattr(kernel, "__getitem__")):  # an int, a plain function, ...
+        fail(exercise, case, f"expected a @cuda.jit kernel, got {_what(kernel)}", hint)
     compile_gate(exercise, case, kernel, args)
     try:
         with quiet_simulator():
