@@ -6,7 +6,7 @@
 import numpy as np
 from numba import cuda
 
-from course.util import cdiv, require, require_apart
+from course.util import cdiv, grid2d, require, require_apart
 
 
 def gather_ref(X, idx):
@@ -40,7 +40,7 @@ def gather(X, idx, out=None, stream=0):
         out = cuda.device_array((idx.shape[0], X.shape[1]), np.float32)
     require("out", out, np.float32, shape=(idx.shape[0], X.shape[1]))
     require_apart({"out": out}, X=X, idx=idx)
-    grid = (cdiv(out.shape[1], BLOCK[0]), cdiv(out.shape[0], BLOCK[1]))
+    grid = grid2d(out.shape[1], out.shape[0], BLOCK)  # x the columns, y the rows (at most 65,535 blocks in y)
     if out.size:
         gather_kernel[grid, BLOCK, stream](X, idx, out)
     return out

@@ -8,7 +8,7 @@ import numpy as np
 from numba import cuda, float32
 
 from course.loss import softmax_xent_rows_ref
-from course.util import cdiv, require, require_apart
+from course.util import cdiv, grid2d, require, require_apart
 
 
 def mlp_loss_ref(X, y, W1, b1, W2, b2):
@@ -101,7 +101,7 @@ BLOCK = (16, 16)
 
 
 def _grid2(rows, cols, block=BLOCK):
-    return (cdiv(cols, block[0]), cdiv(rows, block[1]))  # x covers the columns, y the rows
+    return grid2d(cols, rows, block)  # x covers the columns, y the rows (at most 65,535 blocks in y)
 
 
 def column_sums(A, out, stream=0):

@@ -50,3 +50,16 @@ def require_apart(outputs, **inputs):
                 raise ValueError(f"{name} and {other} share memory: an output must not overlap "
                                  f"{'another output' if other in outputs else 'an input'} (pass a separate array)")
         seen.append((name, (lo, hi)))
+
+
+MAX_GRID_Y = 65_535  # the most blocks a grid may have in y (and z) on every CUDA GPU; x allows 2**31 - 1
+
+
+def grid2d(cols, rows, block):
+    """The 2-D grid of `block`s that covers cols x rows threads (x the columns, y the rows); ValueError where a GPU
+    would refuse the launch (more than MAX_GRID_Y blocks in y)."""
+    grid = (cdiv(cols, block[0]), cdiv(rows, block[1]))
+    if grid[1] > MAX_GRID_Y:
+        raise ValueError(f"{rows:,} rows need {grid[1]:,} blocks of {block[1]} rows in y, more than a GPU's "
+                         f"{MAX_GRID_Y:,}: split the rows into launches of at most {MAX_GRID_Y * block[1]:,}")
+    return grid

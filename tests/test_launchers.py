@@ -189,3 +189,23 @@ def test_gather_indices_are_the_callers_job_as_documented():
         gather(X, cuda.to_device(np.array([0, 5], np.int64)))
     out = gather(X, cuda.to_device(np.array([-1], np.int64))).copy_to_host()
     np.testing.assert_array_equal(out[0], X.copy_to_host()[-1])
+
+
+# --- grids a GPU would refuse: more than 65,535 blocks in y (issue 32) -------------------------------------------
+
+def test_grid2d_refuses_more_blocks_in_y_than_a_gpu_has():
+    from course.util import MAX_GRID_Y, grid2d
+    assert grid2d(5, MAX_GRID_Y * 8, (32, 8)) == (1, MAX_GRID_Y)
+    with pytest.raises(ValueError, match="65,536 blocks of 8 rows in y, more than a GPU's 65,535"):
+        grid2d(5, MAX_GRID_Y * 8 + 1, (32, 8))
+
+
+@pytest.mark.parametrize("rows, call", [
+    (65_535 * 16 + 1, lambda d, r: F.linear(d(np.ones((r, 1), np.float32)), d(np.ones((1, 1), np.float32)),
+                                            d(np.zeros(1, np.float32)))),
+    (65_535 * 8 + 1, lambda d, r: gather(d(np.ones((4, 1), np.float32)), d(np.zeros(r, np.int32)))),
+])
+def test_launchers_refuse_more_rows_than_a_grid_holds(rows, call):
+    """linear: blocks of 16 rows; gather: blocks of 8 rows. One row fewer per block would be the most a grid holds."""
+    with pytest.raises(ValueError, match="more than a GPU's 65,535: split the rows"):
+        call(cuda.to_device, rows)
