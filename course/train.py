@@ -201,6 +201,7 @@ def fit_ref(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=
     return hist
 
 
+# %% notebooks/06_train.ipynb cell c015c
 def fit_sim(X_train, y_train, X_test, y_test, kernel_steps=3, kernel_test=16, **kw):
     """For the simulator: fit() on the course's kernels for the first kernel_steps steps (evaluated on kernel_test
     test images), then fit_ref for the whole run, after checking that the kernels' losses equal the twin's.
