@@ -153,19 +153,24 @@ def test_importing_numba_first_does_not_split_the_mode():
     assert a == b == str(course.SIMULATOR)
 
 
-def test_ctrl_c_during_training_is_one_line_and_130():
-    p = subprocess.Popen([sys.executable, "-m", "course", "train", "--quick", "--epochs", "10000"], text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # even if we ignore it
-    try:
-        for line in p.stdout:  # the line just before the loop starts
-            if "test images on" in line:
-                break
-        time.sleep(2)
-        p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=60)
-    finally:
-        p.kill()
+def test_ctrl_c_during_training_is_one_line_and_130(tmp_path):
+    # stderr into a file, as a terminal takes it: with stderr an unread pipe, a SIGINT during training on the CPU
+    # executor was seen lost (2026-12-02, not understood yet; a terminal's or Jupyter's interrupt works)
+    with open(tmp_path / "stderr", "w+") as errf:
+        p = subprocess.Popen([sys.executable, "-m", "course", "train", "--quick", "--epochs", "10000"], text=True,
+                             stdout=subprocess.PIPE, stderr=errf, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # even if we ignore it
+        try:
+            for line in p.stdout:  # the line just before the loop starts
+                if "test images on" in line:
+                    break
+            time.sleep(2)
+            p.send_signal(signal.SIGINT)
+            p.communicate(timeout=60)
+        finally:
+            p.kill()
+        errf.seek(0)
+        err = errf.read()
     assert p.returncode == 130
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith((*BANNERS, "epoch ", "\r"))
              and "it/s]" not in line]

@@ -35,7 +35,7 @@ def test_every_kernel_compiles_for_the_five_targets():
             if i == 0 and compile.find_ptxas():
                 assert line.count(" regs ") == want.count("sm_"), line  # ptxas ran for every target
     assert "ok   course.fused: the TMA's Hopper-only PTX in sm_90's code only" in lines
-    copy_lines = [x for x in lines if "[copy engine on]: PTX for sm_90" in x]
+    copy_lines = [x for x in lines if "[TMA on]: PTX for sm_90" in x]
     assert len(copy_lines) == sum(len(s) for k, s in all_signatures().items() if k.startswith("course.fused:"))
 
 

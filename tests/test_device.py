@@ -270,13 +270,28 @@ def ones(out):
         out[i] = 1.0
 
 
-def _busy_workers(within=30.0):
-    """The simulated threads still running a block after `within` seconds (on a loaded machine they take a while to
-    reach their _Stopped)."""
+def _workers():
+    """The simulator's worker threads alive now (course.device's pool)."""
     _, simkernel = device.internals()
+    return {t for t in threading.enumerate() if isinstance(t, simkernel._CourseWorker)}
+
+
+@pytest.fixture(autouse=True)
+def _workers_before():
+    """Workers an earlier test of the session left behind are not this test's: _busy_workers leaves them out."""
+    _BEFORE[:] = [_workers()]
+    yield
+
+
+_BEFORE = [set()]
+
+
+def _busy_workers(within=30.0):
+    """The simulated threads (started by this test) still running a block after `within` seconds (on a loaded
+    machine they take a while to reach their _Stopped)."""
     until = time.monotonic() + within
     while time.monotonic() < until:
-        busy = [t for t in threading.enumerate() if isinstance(t, simkernel._CourseWorker) and not t.idle.is_set()]
+        busy = [t for t in _workers() - _BEFORE[0] if not t.idle.is_set()]
         if not busy:
             break
         time.sleep(0.05)

@@ -104,13 +104,16 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     mine.run_cell(dict(course=course, sgd_run=sgd_run, best_run=mine_run), cell, "<06 payoff>")
     out = capsys.readouterr().out
     assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
-    assert f"test accuracy of the network you trained: {sgd_run['epoch'][-1]['test_acc']:.4f}" in out
+    assert f"test accuracy {sgd_run['epoch'][-1]['test_acc']:.4f}" in out                # course.mine.trained's line
+    assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out, out
     for name in ("07_landscape.ipynb", "10_fused.ipynb"):  # 07's and 10's last cells, the same way
         cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
-        mine.run_cell(dict(course=course, plain_s=0.5, plain_acc=0.25), cell, f"<{name} payoff>")
+        mine.run_cell(dict(course=course, run=mine_run, plain_run=mine_run, plain_s=0.5), cell, f"<{name} payoff>")
     out = capsys.readouterr().out
-    assert "12 of 12 pieces run your code" in out and "11 of 11 pieces run your code" in out
-    assert "your kernels (plain)" in out and "test acc 0.2500" in out
+    assert out.count("11 of 11 pieces run your code") == 2, out  # 07 and 10: training and the surfaces, the plain loop
+    acc = f"test accuracy {mine_run['epoch'][-1]['test_acc']:.4f}"
+    assert f"the network of the pictures: {acc}" in out and f"the plain loop: {acc}" in out, out
+    assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out and "500.0 ms" in out, out
     mine.use_course()
     module, attr = mine._target("2.3")
     assert getattr(module, attr).py_func.__code__.co_filename.endswith("forward.py")
