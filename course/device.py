@@ -398,8 +398,10 @@ def _install_block_pool(kernel):
         def run(self):
             try:
                 self.serve()
-            except _Stopped:              # stopped between two jobs: it is retired anyway
+            except _Stopped:              # stopped between two jobs, or as it finished one: it is retired anyway
                 pass
+            finally:                      # a _Stopped that lands in serve's `finally` skips its idle.set()
+                self.idle.set()
 
         def serve(self):
             while True:

@@ -171,6 +171,7 @@ def test_exceptions_of_the_students_code_become_check_failures():
 
 
 @pytest.mark.skipif(not course.SIMULATOR, reason="a raise inside a kernel reaches Python only in the simulator")
+@pytest.mark.skipif(bool(course.device.simulator_only()), reason="a simulator-only numba-cuda has no compiler: no gate")
 def test_a_kernel_that_no_gpu_compiles_fails_with_the_case():
     msg = rejects(c01.check_scale_kernel, mutant(scale_kernel, "out[i] = x[i] / np.float32(255.0)",
                   "out[i] = x[i] / np.float32(255.0) if i < 50 else {}['x']"), "Exercise 1.2",
