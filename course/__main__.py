@@ -1,4 +1,4 @@
-"""Command line: python -m course info | doctor | train | bench | export [--check] | exercises [--check] | execute | download
+"""Command line: python -m course info | doctor | train | bench | race | export [--check] | exercises [--check] | execute | download
 | nbgrader-setup | student-build (the last two: teachers' tools, course/tools/teach.py)."""
 import os
 import sys
@@ -6,7 +6,7 @@ import sys
 from .tools import cli_train
 from .tools.cli import CommandError, OneLineParser, device_ready, output_file, positive_int
 
-COMMANDS = "info, doctor, train, bench, export, exercises, execute, download, nbgrader-setup, student-build"
+COMMANDS = "info, doctor, train, bench, race, export, exercises, execute, download, nbgrader-setup, student-build"
 
 
 def run_info(args):
@@ -24,6 +24,15 @@ def run_doctor(args):
 def run_bench(args):
     device_ready()
     from .tools.bench import run  # written with notebooks 08-10
+
+    def error(message):
+        raise CommandError(message)
+    return run(args, error)
+
+
+def run_race(args):
+    device_ready()
+    from .tools.race import run  # written with notebook 10
 
     def error(message):
         raise CommandError(message)
@@ -76,6 +85,14 @@ def parser():
     b.add_argument("--quick", action="store_true", help="a tiny run that checks the pipeline (works in the simulator)")
     b.add_argument("--out", type=output_file, default=None, help="write the results as JSON to this file")
     b.set_defaults(run=run_bench)
+    from .tools import race
+    r = sub.add_parser("race", help="time to a test accuracy: the course's fastest loop against PyTorch's, each "
+                                    "after the same sweep (notebook 10)")
+    r.add_argument("--quick", action="store_true", help="a tiny run that checks the pipeline (works in the simulator)")
+    r.add_argument("--target", type=float, default=race.TARGET, help=f"test accuracy to reach (default {race.TARGET})")
+    r.add_argument("--seeds", type=positive_int, default=race.SEEDS, help=f"seeds of each final row (default {race.SEEDS})")
+    r.add_argument("--out", type=output_file, default=None, help="write the results as JSON to this file")
+    r.set_defaults(run=run_race)
     for name, what in (("export", "course/ modules from the notebooks' #| export cells"),
                        ("exercises", "student notebooks in notebooks/exercises/")):
         s = sub.add_parser(name, help=f"regenerate {what}")

@@ -267,6 +267,18 @@ class Fig:
 BENCH = "bench-h200.json"
 FUSED = "fused-h200.json"
 FUSED_S = Json(BENCH, "rows[impl=course_fused].epoch_s")
+SCALING = "scaling-h200.json"
+RACE = "race-h200.json"
+
+
+def EPOCH_MS(impl, batch):
+    """An epoch's milliseconds in the batch-size sweep (scaling-h200.json)."""
+    return calc(lambda s: s * 1e3, Json(SCALING, f"rows[impl={impl},batch_size={batch}].epoch_s"))
+
+
+def STEP_US(impl, batch):
+    """A step's microseconds in the batch-size sweep: the epoch over its 60,000 // batch steps."""
+    return calc(lambda s: s * 1e6 / (60000 // batch), Json(SCALING, f"rows[impl={impl},batch_size={batch}].epoch_s"))
 TORCH_S = Json(BENCH, "rows[impl=pytorch_eager].epoch_s")
 SPEEDUP_10 = Out("10", "c058", r"speed-up ([\d.]+)x")
 LAUNCH_3 = Out("08", "c007", r"3 arrays\s*:\s*([\d.]+) µs")        # a launch with three array arguments
@@ -401,6 +413,25 @@ FIGURES = [
     Fig("08", "cg10", r"\| 1 \| about (\d+) \(eager\)", calc(lambda s: s * 1e3, TORCH_S), tol=0.01),
     Fig("08", "cg10", r"\(eager\) \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
     Fig("10", "cf1", r"Its ([\d.]+) µs overlap", SPARE_US),
+    # --- 08 section 6: the batch-size sweep (results/scaling-h200.json) ---
+    Fig("08", "sc3", r"graph takes (\d+) µs at batch 32", STEP_US("course_plain_graph", 32)),
+    Fig("08", "sc3", r"µs at batch 32 and (\d+) µs at 256", STEP_US("course_plain_graph", 256)),
+    Fig("08", "sc3", r"\(([\d.]+) against [\d.]+ ms at\s+batch 64\)", EPOCH_MS("course_plain_graph", 64)),
+    Fig("08", "sc3", r"against ([\d.]+) ms at\s+batch 64\)", EPOCH_MS("pytorch_graph", 64)),
+    Fig("08", "sc3", r"about (\d+) times faster than both", calc(lambda a, b: min(a, b),
+        calc(lambda g, f: g / f, EPOCH_MS("course_plain_graph", 64), EPOCH_MS("course_fused", 64)),
+        calc(lambda g, f: g / f, EPOCH_MS("pytorch_graph", 64), EPOCH_MS("course_fused", 64))), tol=0.05),
+    Fig("08", "sc3", r"than both \(([\d.]+) ms\)", EPOCH_MS("course_fused", 64)),
+    Fig("08", "sc3", r"flatten near (\d+) ms", EPOCH_MS("course_plain_graph", 4096), tol=0.1),
+    Fig("08", "sc3", r"compute at about ([\d.]+) TFLOP/s", calc(lambda f, s: f / s / 1e12, Json(SCALING, "flops_per_epoch"),
+        Json(SCALING, "rows[impl=course_plain_graph,batch_size=4096].epoch_s"))),
+    Fig("08", "sc3", r"keeps falling, to ([\d.]+) ms at batch 4096", EPOCH_MS("pytorch_graph", 4096)),
+    Fig("08", "sc3", r"([\d.]+) times the floor", calc(lambda a, f: a / f, Json(SCALING, "rows[impl=pytorch_graph,batch_size=4096].epoch_s"),
+        Json(SCALING, "floor_s"))),
+    Fig("08", "sc3", r"the floor of ([\d.]+) ms", calc(lambda s: s * 1e3, Json(SCALING, "floor_s"))),
+    Fig("08", "sc3", r"at batch 1024 \(([\d.]+) ms\)", EPOCH_MS("pytorch_graph", 1024)),
+    Fig("08", "sc3", r"direct epoch, (\d+) ms here", EPOCH_MS("course_plain", 64)),
+    Fig("08", "sc3", r"against the benchmark's (\d+),", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
     # --- simulator and tool settings (no GPU run) ---
     Fig("07", "c019", r"about (85) % test accuracy", calc(lambda: 85, why="tests/test_student_notebooks.py asserts >= 0.85")),
     Fig(README, "", r"at least (85) % test accuracy", calc(lambda: 85, why="tests/test_student_notebooks.py asserts it")),

@@ -1,0 +1,90 @@
+"""How an epoch's cost grows with the batch: `python -m course.tools.scaling [--quick] [--out FILE]`.
+
+One epoch of the 784-128-10 MLP (SGD, lr 0.1) at each batch size through course_plain, course_plain_graph,
+course_fused (batch <= 64, its limit), pytorch_eager and pytorch_graph (notebook 08's benchmark rows, course.tools.bench),
+the median of the epochs after a warm-up one; and the compute floor: an epoch's floating-point work
+(6 x weights x images: 2 for the forward pass, 4 for the two backward products) at the TFLOP/s cuBLAS reaches on a large
+matmul (bench-h200.json's "matmul"), which no batch size can beat.
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+BATCHES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+EPOCHS = 3                 # 1 warm-up + 2 timed
+BENCH_JSON = Path(__file__).resolve().parents[2] / "notebooks" / "results" / "bench-h200.json"
+
+
+def flops_per_epoch(n_images, n_in=784, hidden=128, n_out=10):
+    """Multiply-adds x 2 of one epoch: forward X W (2 per weight and image) and the backward dW and dX (4)."""
+    return 6 * (n_in * hidden + hidden * n_out) * n_images
+
+
+def cublas_tflops(path=BENCH_JSON):
+    """cuBLAS's FP32 TFLOP/s from the saved benchmark, or None."""
+    try:
+        rows = json.loads(Path(path).read_text()).get("matmul", [])
+    except (OSError, ValueError):
+        return None
+    return next((r["tflops"] for r in rows if r["impl"].startswith("cuBLAS")), None)
+
+
+def measure(data, cfg, init, batch, impls):
+    """{impl: epoch seconds or None} at one batch size."""
+    from course.tools import bench
+    c = dict(cfg, batch_size=batch, epochs=EPOCHS)
+    runs = {"course_plain": lambda: bench.bench_plain(data, c),
+            "course_plain_graph": lambda: bench.bench_graph(data, c, "plain"),
+            "course_fused": lambda: bench.bench_fused(data, c, "epoch"),
+            "pytorch_eager": lambda: bench.bench_torch(data, c, init),
+            "pytorch_graph": lambda: bench.bench_torch_graph(data, c, init)}
+    out = {}
+    for impl in impls:
+        if impl == "course_fused" and batch > 64:
+            continue
+        try:
+            out[impl] = runs[impl]().get("epoch_s")
+        except Exception as e:  # one failing row must not hide the others
+            print(f"  {impl} at batch {batch}: {type(e).__name__}: {e}", file=sys.stderr)
+            out[impl] = None
+    return out
+
+
+def main(argv=None):
+    import course
+    from course.device import describe
+    from course.tools import bench
+    from course.tools.cli import write_json
+    from course.train import init_params
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline (works in the simulator)")
+    p.add_argument("--out", default=None, help="write the results as JSON to this file")
+    args = p.parse_args(argv)
+    cfg = bench.config(args.quick, course.SIMULATOR)
+    data = bench.load(cfg)
+    init = init_params(cfg["hidden"], bench.SEED, n_in=data[0].shape[1]).to_host()
+    batches = (8, 16) if args.quick else BATCHES
+    impls = ["course_plain", "course_plain_graph", "course_fused", "pytorch_eager", "pytorch_graph"]
+    rows = []
+    for b in batches:
+        t0 = time.perf_counter()
+        for impl, s in measure(data, cfg, init, b, impls).items():
+            rows.append(dict(impl=impl, batch_size=b, epoch_s=s))
+            print(f"batch {b:5d} {impl:20s} " + ("-" if s is None else f"{s * 1e3:9.2f} ms"), flush=True)
+        print(f"  batch {b}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    n = len(data[0])                          # images per epoch
+    tflops = cublas_tflops()
+    floor = None if tflops is None else flops_per_epoch(n, data[0].shape[1], cfg["hidden"]) / (tflops * 1e12)
+    result = dict(gpu=describe(course.SIMULATOR)["name"], quick=args.quick, n_train=len(data[0]),
+                  flops_per_epoch=flops_per_epoch(n, data[0].shape[1], cfg["hidden"]), cublas_tflops=tflops,
+                  floor_s=floor, rows=rows)
+    if floor is not None:
+        print(f"compute floor: {result['flops_per_epoch'] / 1e9:.1f} GFLOP at cuBLAS's {tflops:.1f} TFLOP/s = "
+              f"{floor * 1e3:.2f} ms per epoch")
+    return 1 if (args.out and write_json(Path(args.out), result)) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
