@@ -37,11 +37,9 @@ import numpy as np
 from numba import cuda, float32, types, uint64
 
 import course
-from course import timing
 from course.grad import mlp_grads_ref, mlp_loss_ref
 from course.loss import zero_kernel
-from course.train import evaluate, init_params
-from course.update import check_loss
+from course.train import evaluate, init_params, run_epochs
 from course.util import cdiv, require
 
 TJ = 8             # hidden units per tile: two groups of 4, a thread's 4 accumulators per row
@@ -1191,6 +1189,7 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
               mode="epoch", threads=None, blocks=None, progress=True):
     """course.train.fit's SGD recipe (same init, same permutations) through the fused kernels.
 
+    The epochs' bookkeeping is notebook 06's course.train.run_epochs, as in fit and course.graphs.fit_graph.
     Returns a history dict like fit's: loss of EVERY step (one copy per epoch), per-epoch metrics, params."""
     n = (len(X_train) // batch_size) * batch_size
     if n == 0:
@@ -1204,27 +1203,18 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
     losses = cuda.device_array(n // batch_size, np.float32)
     perm_h = cuda.pinned_array(n, np.int64)      # the epoch's order: host memory the GPU copies from by itself
     perm_d = cuda.device_array(n, np.int64)      # one buffer for every epoch (cuda.to_device would allocate one)
-    rng = np.random.default_rng(seed)
     hist = dict(step=[], loss=[], epoch=[], mode=mode)
-    for epoch in range(1, epochs + 1):
-        perm = rng.permutation(len(X_train))[:n]    # drawn before the clock starts, as in course.graphs.fit_graph
-        t0 = time.perf_counter()
+
+    def one_epoch(epoch, perm, step):
+        """perm (host ints, drawn before the clock) through the pinned buffer, then the fused kernels."""
         perm_h[:] = perm
         perm_d.copy_to_device(perm_h, stream=cuda.default_stream())   # queued: the launches need not wait for it
         trainer.epoch(X_d, y_d, perm_d, losses)
         cuda.synchronize()
-        seconds = time.perf_counter() - t0
-        epoch_losses = losses.copy_to_host()
-        first = len(hist["step"])
-        hist["step"].extend(range(first + 1, first + len(epoch_losses) + 1))
-        hist["loss"].extend(float(v) for v in epoch_losses)
-        check_loss(len(hist["step"]), float(epoch_losses[-1]), lr, first_loss=hist["loss"][0])
-        test_loss, test_acc = evaluate(Xt_d, yt_d, params)
-        check_loss(len(hist["step"]), test_loss, lr)
-        hist["epoch"].append(dict(epoch=epoch, seconds=seconds, test_loss=test_loss, test_acc=test_acc))
-        if progress:
-            print(timing.label(f"epoch {epoch:2d}  {seconds * 1e3:8.2f} ms  test loss {test_loss:.4f}  "
-                               f"test accuracy {test_acc:.4f}"))
+        return step + len(losses)
+
+    run_epochs(one_epoch, hist, len(X_train), n, epochs, seed, lr, test=lambda: evaluate(Xt_d, yt_d, params),
+               losses=losses, unit="ms", progress=progress)
     hist["params"] = params
     return hist
 

@@ -7,20 +7,17 @@
 The plain loop of notebook 06 (gather, forward, loss, backward, update) or the fused step of course.fused. A replay
 runs its kernels with the recorded arguments, so the graph reads the batch from device memory: it starts with
 batch_index_kernel (indices of batch number counter[0] into a fixed buffer) and ends with record_loss_kernel."""
-import time
-
 import numpy as np
 from numba import cuda
 
 import course
-from course import timing
 from course.forward import mlp_forward
 from course.fused import FusedTrainer
 from course.gather import gather, gather_labels
 from course.grad import mlp_backward
 from course.loss import cross_entropy
-from course.train import buffers, evaluate, init_params
-from course.update import check_loss, sgd
+from course.train import buffers, evaluate, init_params, run_epochs
+from course.update import sgd
 
 IDX_THREADS = 256  # batch_index_kernel runs as one block of this many threads
 LOOPS = ("plain", "fused_step", "fused_phases")
@@ -176,6 +173,7 @@ def fit_graph(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
               graph=True, progress=True):
     """course.train.fit's SGD recipe (same init, same permutations) with each step one replay of a CUDA graph.
 
+    The epochs' bookkeeping is notebook 06's course.train.run_epochs, as in fit and course.fused.fit_fused.
     Returns a history dict like course.fused.fit_fused's: every step's loss, per-epoch metrics, params."""
     n = (len(X_train) // batch_size) * batch_size
     if n == 0:
@@ -184,22 +182,9 @@ def fit_graph(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
     Xt_d, yt_d = cuda.to_device(X_test), cuda.to_device(y_test)
     params = init_params(hidden, seed, n_in=X_train.shape[1])
     runner = GraphLoop(X_d, y_d, params, batch_size, lr, n, loop=loop, graph=graph)
-    rng = np.random.default_rng(seed)
     hist = dict(step=[], loss=[], epoch=[], loop=loop)
-    for epoch in range(1, epochs + 1):
-        perm = rng.permutation(len(X_train))[:n]
-        t0 = time.perf_counter()
-        losses = runner.epoch(perm)
-        seconds = time.perf_counter() - t0
-        losses = losses.copy_to_host()
-        first = len(hist["step"])
-        hist["step"].extend(range(first + 1, first + len(losses) + 1))
-        hist["loss"].extend(float(v) for v in losses)
-        check_loss(len(hist["step"]), float(losses[-1]), lr, first_loss=hist["loss"][0])
-        test_loss, test_acc = evaluate(Xt_d, yt_d, params)
-        check_loss(len(hist["step"]), test_loss, lr)
-        hist["epoch"].append(dict(epoch=epoch, seconds=seconds, test_loss=test_loss, test_acc=test_acc))
-        if progress:
-            print(timing.label(f"epoch {epoch:2d}  {seconds * 1e3:8.2f} ms  test loss {test_loss:.4f}  test accuracy {test_acc:.4f}"))
+    run_epochs(lambda epoch, perm, step: step + runner.epoch(perm).size,    # the clock covers the perm's copy too
+               hist, len(X_train), n, epochs, seed, lr, test=lambda: evaluate(Xt_d, yt_d, params),
+               losses=runner.losses, unit="ms", progress=progress)
     hist["params"] = params
     return hist

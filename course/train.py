@@ -75,6 +75,34 @@ def evaluate(X_d, y_d, params):
     return float(loss.copy_to_host()[0]), int(correct.copy_to_host()[0]) / X_d.shape[0]
 
 
+# %% notebooks/06_train.ipynb cell c015r
+def run_epochs(one_epoch, hist, n_train, n, epochs, seed, lr, test, losses=None, max_steps=None, unit="s",
+               progress=True):
+    """Per epoch: perm drawn, step = one_epoch(epoch, perm, step) timed, losses recorded, test set checked; -> step."""
+    rng = np.random.default_rng(seed)       # the same permutations as every trainer with this seed
+    step = 0
+    for epoch in range(1, epochs + 1):
+        perm = rng.permutation(n_train)[:n]                        # (n,) host ints, drawn before the clock starts
+        t0 = time.perf_counter()
+        step = one_epoch(epoch, perm, step)                        # trains, returns the steps so far, device idle
+        seconds = time.perf_counter() - t0
+        if losses is not None:                                     # the epoch's every loss, (steps,) on the device
+            values = losses.copy_to_host()                         # one copy per epoch, after the clock
+            first = len(hist["step"])
+            hist["step"].extend(range(first + 1, first + len(values) + 1))
+            hist["loss"].extend(float(v) for v in values)
+            check_loss(step, float(values[-1]), lr, first_loss=hist["loss"][0])
+        test_loss, test_acc = test()                               # test(): (mean loss, accuracy) on the test set
+        check_loss(step, test_loss, lr)
+        hist["epoch"].append(dict(epoch=epoch, seconds=seconds, test_loss=test_loss, test_acc=test_acc))
+        if progress:
+            took = f"{seconds:6.2f} s" if unit == "s" else f"{seconds * 1e3:8.2f} ms"
+            print(timing.label(f"epoch {epoch:2d}  {took}  test loss {test_loss:.4f}  test accuracy {test_acc:.4f}"))
+        if step == max_steps:
+            break
+    return step
+
+
 # %% notebooks/06_train.ipynb cell c015
 def fit(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, lr=0.1, optimizer="sgd",
         seed=0, log_every=50, snapshot_every=None, progress=True, max_steps=None, **opt_kw):
@@ -89,12 +117,11 @@ def fit(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, 
     grads, opt = params.zeros_like(), make_optimizer(optimizer, params, lr, **opt_kw)
     buf = buffers(batch_size, hidden)
     Xb, yb = cuda.device_array((batch_size, X_train.shape[1]), np.float32), cuda.device_array(batch_size, y_d.dtype)
-    rng = np.random.default_rng(seed)
     hist = dict(step=[], loss=[], epoch=[], snapshots=[params.flat.copy_to_host()], snapshot_steps=[0])
-    step = 0
-    for epoch in range(1, epochs + 1):
-        t0 = time.perf_counter()
-        perm_d = cuda.to_device(rng.permutation(len(X_train))[:n])          # one copy per epoch
+
+    def one_epoch(epoch, perm, step):
+        """A train_step on each batch of perm (host ints), logging every log_every-th loss; returns the steps so far."""
+        perm_d = cuda.to_device(perm)                                        # one copy per epoch
         for k in tqdm(range(0, n, batch_size), desc=f"epoch {epoch}/{epochs}", disable=not progress,
                       mininterval=1.0):
             if step == max_steps:
@@ -111,14 +138,10 @@ def fit(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, 
                 hist["snapshots"].append(params.flat.copy_to_host())
                 hist["snapshot_steps"].append(step)
         cuda.synchronize()
-        seconds = time.perf_counter() - t0
-        test_loss, test_acc = evaluate(Xt_d, yt_d, params)
-        check_loss(step, test_loss, lr)
-        hist["epoch"].append(dict(epoch=epoch, seconds=seconds, test_loss=test_loss, test_acc=test_acc))
-        if progress:
-            print(timing.label(f"epoch {epoch:2d}  {seconds:6.2f} s  test loss {test_loss:.4f}  test accuracy {test_acc:.4f}"))
-        if step == max_steps:
-            break
+        return step
+
+    step = run_epochs(one_epoch, hist, len(X_train), n, epochs, seed, lr, test=lambda: evaluate(Xt_d, yt_d, params),
+                      max_steps=max_steps, progress=progress)
     hist.update(params=params, steps=step, device=course.runs_on(),   # what ran it: labels say so (course.mine)
                 setup=dict(n_train=n, n_in=X_train.shape[1], hidden=hidden, batch_size=batch_size))
     return hist

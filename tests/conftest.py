@@ -12,6 +12,9 @@ import pytest
 
 import course  # noqa: F401
 
+MNIST_TRAIN = 3 * 8 + 5  # training rows of the `data` fixture: three batches of 8, 5 left over
+MNIST_TEST = 16          # its test rows
+
 # The tests run their kernels in the simulator, as before the CPU executor (course/cpu.py) came; tests/test_cpu.py
 # runs them on the executor (course.cpu.running()). Notebooks and `python -m course` in subprocesses choose for
 # themselves (COURSE_DEVICE, or the executor without a GPU).
@@ -21,6 +24,19 @@ if course.SIMULATOR:
 # A passing check saves the solution for course.use_mine(): in tests (and the notebooks and JupyterLab they start),
 # into a folder of the test run, never into the checkout's notebooks/exercises/mine/.
 os.environ.setdefault("COURSE_MINE_DIR", os.path.join(tempfile.mkdtemp(prefix="course-mine-"), "mine"))
+
+
+@pytest.fixture(scope="session")
+def data():
+    """(X, y, Xt, yt): MNIST's first MNIST_TRAIN training and MNIST_TEST test images pooled to 7x7 (49 inputs), with
+    their labels, read-only (every test of the session shares them)."""
+    from course.data import load_mnist
+    from course.train import pool
+    X, y, Xt, yt = load_mnist(None)
+    arrays = pool(X[:MNIST_TRAIN], 4), y[:MNIST_TRAIN].copy(), pool(Xt[:MNIST_TEST], 4), yt[:MNIST_TEST].copy()
+    for a in arrays:
+        a.setflags(write=False)
+    return arrays
 
 
 def mutant(fn, old, new, count=1, scope=None):

@@ -5,16 +5,9 @@ float32 tolerances: sums of <= 40 products of N(0, 1) values in another order th
 import numpy as np
 import pytest
 
-from course.data import load_mnist
-from course.train import init_params, pool
+from course.train import init_params
 
 SEED, HIDDEN, BATCH, LR = 3, 8, 8, 0.1
-
-
-@pytest.fixture(scope="module")
-def data():
-    X, y, _, _ = load_mnist(None)
-    return pool(X[:BATCH], 4), y[:BATCH]
 
 
 def test_matmul_v3_matches_numpy_at_odd_sizes():

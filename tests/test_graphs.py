@@ -7,18 +7,11 @@ import numpy as np
 import pytest
 
 import course
-from course.data import load_mnist
 from course.graphs import LOOPS, Graph, GraphLoop, fit_graph, graph_support
-from course.train import fit, init_params, pool
+from course.train import fit, init_params
 
 SEED, HIDDEN, BATCH, STEPS, LR = 3, 8, 8, 3, 0.1
 ON_GPU = graph_support() is None
-
-
-@pytest.fixture(scope="module")
-def data():
-    X, y, Xt, yt = load_mnist(None)
-    return pool(X[:BATCH * STEPS + 5], 4), y[:BATCH * STEPS + 5], pool(Xt[:16], 4), yt[:16]  # 5 left over
 
 
 @pytest.fixture(scope="module")
