@@ -1252,7 +1252,7 @@ def ladder(X, y, perm, hidden, batch_size, lr, seed=0, milestones=MILESTONES):
     X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
     _, want = sgd_epoch_ref(X, y, perm, init_params(hidden, seed, n_in=X.shape[1]).to_host(), batch_size, lr)
     losses = cuda.device_array(len(perm) // batch_size, np.float32)
-    print(f"{'':4s}{'what changes':70s}{'max |diff|':>11s}  ms per epoch")
+    print(timing.label(f"{'':4s}{'what changes':70s}{'max |diff|':>11s}  ms per epoch"))
     rows = {}
     for name, (change, keywords) in milestones.items():
         if keywords.get("tma") and not has_tma():
@@ -1268,7 +1268,9 @@ def ladder(X, y, perm, hidden, batch_size, lr, seed=0, milestones=MILESTONES):
         ms = None if course.SIMULATOR else timing.wall_time(
             functools.partial(trainer.epoch, X_d, y_d, perm_d, losses), repeat=EPOCHS_TIMED, warmup=0)
         rows[name] = (diff, ms)
-        print(f"{name:4s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else f"{ms:.2f}"))
+        unused = keywords.get("tma") and trainer.Xt is None   # x_tiles: too few blocks for the copies
+        print(f"{name:4s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else f"{ms:.2f}")
+              + ("  (no bulk copies at this grid size)" if unused else ""))
     return rows
 
 
