@@ -30,6 +30,7 @@ one). This step's small layer is updated before the next barrier 1 (or at the en
 No barrier after C: the next phase A reads only the block's own tile of W1, and Z, which phase B zeroed.
 The grid barriers are hand-written (grid_barrier: one atomic count, a spinning load with acquire semantics);
 the launch stays cooperative, so that the GPU checks every block is resident."""
+import functools
 import math
 import time
 
@@ -37,6 +38,7 @@ import numpy as np
 from numba import cuda, float32, types, uint64
 
 import course
+from course import timing
 from course.grad import mlp_grads_ref, mlp_loss_ref
 from course.loss import zero_kernel
 from course.train import evaluate, init_params, run_epochs
@@ -1055,9 +1057,11 @@ class FusedTrainer:
 
     `mode`: "phases" (three plain launches per step), "step" (one cooperative launch per step) or "epoch" (one
     cooperative launch per epoch). `threads` per block (a multiple of 64, at most 512) and `blocks` (None: as many
-    as have work and can be co-resident; 1 in the simulator, whose grid barrier needs one block)."""
+    as have work and can be co-resident; 1 in the simulator, whose grid barrier needs one block). `tma`: None (the
+    epoch kernel's X by the TMA's bulk copies where has_tma()), False (the threads stage X) or True (the TMA, or a
+    ValueError): the copies run only with a block per tile and blocks without a batch row (x_tiles)."""
 
-    def __init__(self, params, batch_size, lr, mode="epoch", threads=None, blocks=None):
+    def __init__(self, params, batch_size, lr, mode="epoch", threads=None, blocks=None, *, tma=None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         W1, b1, W2, b2 = (params[k] for k in ("W1", "b1", "W2", "b2"))
@@ -1071,6 +1075,11 @@ class FusedTrainer:
             raise ValueError(f"threads must be a multiple of 64 in [64, 512], got {threads}")
         if course.SIMULATOR and mode != "phases" and blocks not in (None, 1):
             raise ValueError("the simulator's grid barrier works with one block only: blocks=1")
+        if tma and mode != "epoch":
+            raise ValueError(f"tma=True: only mode 'epoch' uses the TMA's bulk copies, not mode {mode!r}")
+        if tma and not has_tma():
+            raise ValueError("tma=True, but this device has no TMA (bulk copies need compute capability 9.0+): "
+                             "tma=None or False")
         self.params, self.lr, self.mode, self.threads = params, np.float32(lr), mode, threads
         self.W = (W1, b1, W2, b2)
         f32 = np.float32
@@ -1082,7 +1091,7 @@ class FusedTrainer:
         self.bar = cuda.to_device(np.zeros(1, np.uint64))              # grid_barrier's count
         self.no_tiles = cuda.device_array((0, TK), np.float32)            # Xt without rows: no TMA
         self.Xt = None                                                     # the batches' tiles for the TMA
-        self.copies = has_tma()
+        self.copies = has_tma() if tma is None else tma    # X by the TMA's bulk copies
         self.ntiles = cdiv(K, TK) * cdiv(hidden, TJ)
         self._blocks = blocks
         self.batch_size = batch_size
@@ -1126,7 +1135,7 @@ class FusedTrainer:
 
     def x_tiles(self, X_d, perm_d, grid, nsteps):
         """fused_steps_kernel's Xt: room for two batches' tiles of X (2 x cdiv(K, TK) x MAX_BATCH rows of TK floats,
-        400 KB for MNIST), which the kernel gathers for the TMA, when the GPU has one, the launch runs more
+        400 KB for MNIST), which the kernel gathers for the TMA, when self.copies (tma), the launch runs more
         than one step and the grid has a block per tile and blocks without a batch row; else no rows (the threads
         stage X)."""
         if not (self.copies and nsteps > 1 and grid >= self.ntiles and grid > self.batch_size):
@@ -1217,6 +1226,43 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
                losses=losses, unit="ms", progress=progress)
     hist["params"] = params
     return hist
+
+
+# %% notebooks/10_fused.ipynb cell fl2
+MILESTONES = {   # the ladder: name -> (what changes from the rung below, FusedTrainer's keywords)
+    "v1": ("3 plain launches a step; X and W1 tiles staged twice a step", dict(mode="phases")),
+    "v2": ("1 cooperative launch a step: grid barriers replace kernel ends", dict(mode="step")),
+    "v3": ("persistent kernel: 1 launch an epoch, W1 tiles stay in shared memory", dict(mode="epoch", tma=False)),
+    "v4": ("TMA bulk copies bring X's tiles, from a double-buffered Xt (sm_90+)", dict(mode="epoch", tma=True)),
+}
+EPOCHS_TIMED = 3   # ladder: ms per epoch, the median of this many epochs
+
+
+def ladder(X, y, perm, hidden, batch_size, lr, seed=0, milestones=MILESTONES):
+    """Print each milestone's max |difference| to sgd_epoch_ref after one epoch and its ms per epoch; returns them."""
+    X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
+    _, want = sgd_epoch_ref(X, y, perm, init_params(hidden, seed, n_in=X.shape[1]).to_host(), batch_size, lr)
+    losses = cuda.device_array(len(perm) // batch_size, np.float32)
+    print(timing.label(f"{'':4s}{'what changes':70s}{'max |diff|':>11s}  ms per epoch"))
+    rows = {}
+    for name, (change, keywords) in milestones.items():
+        if keywords.get("tma") and not has_tma():
+            rows[name] = (None, None)
+            print(f"{name:4s}{change:70s}{'-':>11s}  " + ("no TMA off a GPU" if course.SIMULATOR else
+                                                          "not on this GPU (no TMA)"))
+            continue
+        params = init_params(hidden, seed, n_in=X.shape[1])          # the same start for every rung
+        trainer = FusedTrainer(params, batch_size, lr, **keywords)
+        trainer.epoch(X_d, y_d, perm_d, losses)                        # the epoch checked (and the warm-up)
+        got = params.to_host()
+        diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+        ms = None if course.SIMULATOR else timing.wall_time(
+            functools.partial(trainer.epoch, X_d, y_d, perm_d, losses), repeat=EPOCHS_TIMED, warmup=0)
+        rows[name] = (diff, ms)
+        unused = keywords.get("tma") and trainer.Xt is None   # x_tiles: too few blocks for the copies
+        print(f"{name:4s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else f"{ms:.2f}")
+              + ("  (no bulk copies at this grid size)" if unused else ""))
+    return rows
 
 
 # %% notebooks/10_fused.ipynb cell ck2

@@ -107,16 +107,15 @@ def test_the_tma_brings_every_tile_of_x(batch, hidden, blocks):
     start = init_params(hidden, SEED).to_host()
     for copies in (True, False):
         params = init_params(hidden, SEED)
-        t = FusedTrainer(params, batch, LR, mode="epoch", blocks=blocks)
-        t.copies = copies and t.copies
+        t = FusedTrainer(params, batch, LR, mode="epoch", blocks=blocks, tma=None if copies else False)
         losses = t.epoch(X_d, y_d, perm_d, cuda.device_array(5, np.float32)).copy_to_host()
         want_losses, want = sgd_epoch_ref(X, y, perm, start, batch, LR)
         np.testing.assert_allclose(losses, want_losses, atol=1e-5, rtol=0)
         got = params.to_host()
         for name in want:
             np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=0, err_msg=name)
+        assert (t.Xt is not None) == (copies and has_tma())       # tma=False: the threads stage X
         if copies:
-            assert has_tma() == (t.Xt is not None)
             if t.Xt is not None:                 # steps 4 and 3, in slots 0 and 1; the last tile: 84 inputs, zeros
                 Xt = t.Xt.copy_to_host().reshape(2, 8, 64, TK)[:, :, :batch]    # MAX_BATCH rows a tile
                 for slot, step in ((0, 4), (1, 3)):
@@ -178,3 +177,42 @@ def test_clocks_are_recorded_in_order_and_reported(data):
     with pytest.raises(ValueError, match="clocks"):
         FusedTrainer(t.params, BATCH, LR, mode="step").epoch(X_d, y_d, perm_d, cuda.device_array(2, np.float32),
                                                              clocks=cuda.device_array((2, 1, NPOINTS), np.uint64))
+
+
+@pytest.mark.slow
+def test_the_ladder_matches_the_numpy_twin(data, capsys):
+    """ladder: each milestone (course.fused.MILESTONES) trained one epoch of 2 steps at an odd batch size (7) and
+    7 hidden units (one tile, its last unit past the end: kept in shared memory by the epoch kernel; on a GPU 8
+    blocks, one without a batch row, so v4 gathers X for the TMA) ends within float32 noise of sgd_epoch_ref; one
+    printed row each; v4 a row that says why it did not run where the device has no TMA."""
+    from course.fused import MILESTONES, has_tma, ladder
+    X, y = data[0], data[1]
+    perm = np.random.default_rng(4).permutation(len(X))[:7 * 2]
+    rows = ladder(X, y, perm, 7, 7, LR, seed=SEED)
+    assert list(rows) == list(MILESTONES) == ["v1", "v2", "v3", "v4"]
+    for name, (diff, ms) in rows.items():
+        if name == "v4" and not has_tma():
+            assert diff is None and ms is None
+            continue
+        assert diff < 1e-5, name
+        assert (ms is None) == course.SIMULATOR and (ms is None or ms > 0)
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in printed[1:]] == list(MILESTONES)
+    assert ("no TMA" in printed[-1]) == (not has_tma())
+    assert "no bulk copies" not in printed[-1]
+
+
+def test_tma_is_a_keyword_that_refuses_what_it_cannot_do():
+    """tma=True without a TMA (the simulator, a GPU below compute capability 9.0) and tma=True outside the epoch
+    kernel are refused with one line; tma=False turns the bulk copies off."""
+    from course.fused import has_tma
+    params = init_params(HIDDEN, SEED, n_in=49)
+    if not has_tma():
+        with pytest.raises(ValueError, match="no TMA"):
+            FusedTrainer(params, BATCH, LR, tma=True)
+    with pytest.raises(ValueError, match="only mode 'epoch'"):
+        FusedTrainer(params, BATCH, LR, mode="step", tma=True)
+    with pytest.raises(TypeError):
+        FusedTrainer(params, BATCH, LR, "epoch", None, None, True)               # keyword only
+    assert not FusedTrainer(params, BATCH, LR, tma=False).copies
+    assert FusedTrainer(params, BATCH, LR).copies == has_tma()
