@@ -488,7 +488,7 @@ FIGURES = [
     Fig("10", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
     Fig("10", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_10, FP32_MS), tol=0.05),
     Fig("10", "c062", r"split a step into (\d+) parts", calc(lambda: sum(who != "spare" for _, _, who in CLOCK_PARTS.values()), why="course.fused.CLOCK_PARTS on the path")),
-    Fig("10", "c062", r"gives about (\d+) ns for a dependent", Json(FUSED, "latency_probe.l2_hit_ns")),
+    Fig("10", "c062", r"about (\d+) ns for a dependent", Json(FUSED, "latency_probe.l2_hit_ns")),
     Fig("10", "c062", r"about (\d+) ns for a trip to DRAM", Json(FUSED, "latency_probe.dram_ns")),
     Fig("10", "c062", r"take about ([\d.]+) µs for 100 multiply-adds", A_FWD),
     Fig("10", "c062", r"\((1,875) per epoch", calc(lambda: 2 * STEPS + 1, why="two barriers a step and one after the first gather (course.fused.fused_steps_kernel)")),
