@@ -271,6 +271,22 @@ SCALING = "scaling-h200.json"
 RACE = "race-h200.json"
 
 
+@dataclass(frozen=True)
+class RaceBest:
+    """The fastest final median of the race among implementations starting with `prefix` (course.tools.race.best)."""
+    prefix: str
+
+    def value(self):
+        from course.tools.race import best
+        return float(best(json.loads((RESULTS / RACE).read_text())["rows"], self.prefix)["seconds_to_target"])
+
+    def __str__(self):
+        return f"{RACE}: the fastest final row of {self.prefix}*"
+
+
+RACE_BEST = RaceBest
+
+
 def EPOCH_MS(impl, batch):
     """An epoch's milliseconds in the batch-size sweep (scaling-h200.json)."""
     return calc(lambda s: s * 1e3, Json(SCALING, f"rows[impl={impl},batch_size={batch}].epoch_s"))
@@ -438,6 +454,16 @@ FIGURES = [
     Fig("08", "sc3", r"at batch 1024 \(([\d.]+) ms\)", EPOCH_MS("pytorch_graph", 1024)),
     Fig("08", "sc3", r"direct epoch, (\d+) ms here", EPOCH_MS("course_plain", 64)),
     Fig("08", "sc3", r"against the benchmark's (\d+),", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
+    # --- 08 section 7: the race (results/race-h200.json) ---
+    Fig("08", "rc1", r"time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("08", "rc1", r"first evaluation at ([\d.]+) % or more", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("08", "rc3", r"reaches ([\d.]+) % in a median", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("08", "rc3", r"in a median ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("course_"))),
+    Fig("08", "rc3", r"fastest graph in ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("pytorch_"))),
+    Fig("08", "rc3", r"([\d.]+) times sooner", calc(lambda a, b: b / a, RACE_BEST("course_"), RACE_BEST("pytorch_"))),
+    Fig("08", "rc3", r"took (\d+) ms\.", calc(lambda s: s * 1e3, Json(RACE, "rows[stage=sweep,impl=pytorch_graph,batch_size=256,momentum=0.9,lr=0.08000000000000002,schedule=const].seconds_to_target"))),
+    Fig("08", "rc3", r"`torch.compile` took ([\d,]+) ms", calc(lambda s: s * 1e3, Json(RACE, "rows[stage=final,impl=pytorch_compile].seconds_to_target"))),
+    Fig("08", "rc3", r"batch 64 ([\d,]+)\s+ms", calc(lambda s: s * 1e3, Json(RACE, "rows[stage=final,impl=pytorch_eager].seconds_to_target"))),
     # --- simulator and tool settings (no GPU run) ---
     Fig("07", "c019", r"about (85) % test accuracy", calc(lambda: 85, why="tests/test_student_notebooks.py asserts >= 0.85")),
     Fig(README, "", r"at least (85) % test accuracy", calc(lambda: 85, why="tests/test_student_notebooks.py asserts it")),
