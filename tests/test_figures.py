@@ -466,6 +466,11 @@ FIGURES = [
     Fig("08", "rc3", r"batch 64 ([\d,]+)\s+ms", calc(lambda s: s * 1e3, Json(RACE, "rows[stage=final,impl=pytorch_eager].seconds_to_target"))),
     # --- simulator and tool settings (no GPU run) ---
     Fig("07", "c019", r"about (85) % test accuracy", calc(lambda: 85, why="tests/test_student_notebooks.py asserts >= 0.85")),
+    Fig(README, "", r"the race to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig(README, "", r"outside the clock\) at ([\d.]+) % test", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig(README, "", r"gets there in ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("course_"))),
+    Fig(README, "", r"CUDA graph in ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("pytorch_"))),
+    Fig(README, "", r"([\d.]+) times later", calc(lambda a, b: b / a, RACE_BEST("course_"), RACE_BEST("pytorch_"))),
     Fig(README, "", r"at least (85) % test accuracy", calc(lambda: 85, why="tests/test_student_notebooks.py asserts it")),
     Fig(README, "", r"nbgrader's (30) s per-cell limit", calc(lambda: 30, why="nbgrader's ExecutePreprocessor default")),
     Fig(README, "", r"per-cell limit to (600) s", calc(lambda: _nbgrader_timeout(), why="teachers/nbgrader_config.py")),
