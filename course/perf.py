@@ -24,9 +24,10 @@ def empty3_kernel(a, b, c):
 def epoch_cost(n_train, n_in, hidden, n_out, batch_size):
     """(FLOPs, bytes) of one epoch of SGD on the n_in-hidden-n_out MLP: whole batches only."""
     steps = n_train // batch_size
+    seen = steps * batch_size                                       # the examples of the whole batches
     params = n_in * hidden + hidden + hidden * n_out + n_out
     forward = 2 * (n_in * hidden + hidden * n_out)                 # per example
     backward = 2 * n_in * hidden + 2 * 2 * hidden * n_out          # dW1; dW2 and dH
-    flops = n_train * (forward + backward) + steps * 2 * params
-    nbytes = 4 * (n_train * n_in + steps * 3 * params)              # float32
+    flops = seen * (forward + backward) + steps * 2 * params
+    nbytes = 4 * (seen * n_in + steps * 3 * params)                 # float32
     return flops, nbytes

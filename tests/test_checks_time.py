@@ -20,9 +20,9 @@ def test_a_different_correct_answer_passes():
         """Counted per layer: weights then biases, forward and backward apart."""
         steps = n_train // batch_size
         weights, biases = n_in * hidden + hidden * n_out, hidden + n_out
-        flops = 2 * weights * n_train + (2 * n_in * hidden + 4 * hidden * n_out) * n_train
+        flops = (2 * weights + 2 * n_in * hidden + 4 * hidden * n_out) * batch_size * steps
         flops += 2 * (weights + biases) * steps
-        return flops, 4 * n_in * n_train + 12 * (weights + biases) * steps
+        return flops, 4 * n_in * batch_size * steps + 12 * (weights + biases) * steps
     checks.check_epoch_cost(epoch_cost_other)
 
 
@@ -41,13 +41,20 @@ def test_a_different_correct_kernel_passes():
 
 # --- Exercise 8.1: planted wrong counts (one line of the solution changed) -------------------------------------
 
+def test_epoch_cost_check_rejects_floats():
+    with pytest.raises(CheckFailure, match="two integers"):
+        checks.check_epoch_cost(lambda *a: tuple(float(v) for v in epoch_cost(*a)))
+
+
 @pytest.mark.parametrize("old, new", [
     pytest.param("n_train // batch_size", "n_train / batch_size", id="partial batch counted"),
+    pytest.param("seen * (forward + backward)", "n_train * (forward + backward)", id="the dropped examples' passes counted"),
+    pytest.param("4 * (seen * n_in", "4 * (n_train * n_in", id="the dropped examples' images counted"),
     pytest.param("hidden + hidden * n_out + n_out", "hidden * n_out", id="biases forgotten"),
     pytest.param("2 * 2 * hidden * n_out", "2 * hidden * n_out", id="dH forgotten"),
     pytest.param("+ steps * 2 * params", "+ steps * params", id="update: one FLOP a parameter"),
-    pytest.param("n_train * n_in + steps * 3 * params", "n_train * n_in + steps * 2 * params", id="gradient read forgotten"),
-    pytest.param("4 * (n_train * n_in +", "(n_train * n_in + 4 *", id="images as bytes"),
+    pytest.param("seen * n_in + steps * 3 * params", "seen * n_in + steps * 2 * params", id="gradient read forgotten"),
+    pytest.param("4 * (seen * n_in +", "(seen * n_in + 4 *", id="images as bytes"),
 ])
 def test_epoch_cost_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 8.1"):

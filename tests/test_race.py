@@ -49,9 +49,9 @@ def test_a_row_has_the_median_only_when_every_seed_got_there():
     assert missed["seconds_to_target"] is None and missed["epochs_to_target"] == [2.5, None]
 
 
-def test_flops_of_an_epoch():
-    # forward X W1, H W2 (2 flops per weight and image); backward dW and dX of each (4)
-    assert scaling.flops_per_epoch(1, 784, 128, 10) == 6 * (784 * 128 + 128 * 10)
+def test_the_floor_counts_what_notebook_08_counts():
+    from course.perf import epoch_cost
+    assert scaling.flops_per_epoch(60000) == epoch_cost(60000, 784, 128, 10, 64)[0]
 
 
 @pytest.mark.slow

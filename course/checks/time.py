@@ -10,11 +10,12 @@ FLOAT_BYTES = 4  # float32
 def epoch_cost_ref(n_train, n_in, hidden, n_out, batch_size):
     """(FLOPs, bytes) of one epoch of SGD on the n_in-hidden-n_out MLP, as notebook 08 counts them."""
     steps = n_train // batch_size
+    seen = steps * batch_size                                       # the partial batch is dropped, as fit does
     params = n_in * hidden + hidden + hidden * n_out + n_out
     forward = 2 * (n_in * hidden + hidden * n_out)                  # per example
     backward = 2 * n_in * hidden + 2 * 2 * hidden * n_out           # dW1, then dW2 and dH, per example
-    flops = n_train * (forward + backward) + steps * 2 * params     # + the update: a multiply and a subtract
-    nbytes = n_train * n_in * FLOAT_BYTES + steps * 3 * params * FLOAT_BYTES   # images once; p, g read, p written
+    flops = seen * (forward + backward) + steps * 2 * params        # + the update: a multiply and a subtract
+    nbytes = seen * n_in * FLOAT_BYTES + steps * 3 * params * FLOAT_BYTES   # images once; p, g read, p written
     return flops, nbytes
 
 
@@ -23,11 +24,12 @@ def epoch_cost_ref(n_train, n_in, hidden, n_out, batch_size):
     "A multiply-add counts as two FLOPs. The backward pass makes the gradient of W1, and of W2 and H: which products does each take? Do the biases count among the parameters the update touches?",
 ), more="""\
   steps = n_train // batch_size                                   # whole batches only
+  seen = steps * batch_size                                       # the examples they hold
   params = n_in * hidden + hidden + hidden * n_out + n_out        # the biases count too
-  flops = n_train * (2 * (n_in * hidden + hidden * n_out)         # forward
-                     + 2 * n_in * hidden + 4 * hidden * n_out)    # dW1; dW2 and dH
+  flops = seen * (2 * (n_in * hidden + hidden * n_out)            # forward
+                  + 2 * n_in * hidden + 4 * hidden * n_out)       # dW1; dW2 and dH
   flops += steps * 2 * params                                     # the update
-  nbytes = 4 * (n_train * n_in + steps * 3 * params)""")
+  nbytes = 4 * (seen * n_in + steps * 3 * params)""")
 def check_epoch_cost(epoch_cost, seed=0):
     """Exercise 8.1: (FLOPs, bytes) of an epoch for random layer sizes, training sets that are and are not whole
     batches, and MNIST's own sizes."""
@@ -43,14 +45,17 @@ def check_epoch_cost(epoch_cost, seed=0):
         want = epoch_cost_ref(n_train, n_in, hidden, n_out, batch_size)
         if not (isinstance(got, tuple) and len(got) == 2):
             fail(ex, f"with {case}", f"expected a tuple (flops, nbytes), got {got!r}", "return both counts")
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in got):
+            fail(ex, f"with {case}", f"expected two integers, got {tuple(type(v).__name__ for v in got)}",
+                 "count with integer arithmetic: // for the steps, no / (which gives a float)")
         _compare_cost(ex, case, got, want)
     return f"{len(sizes)} MLPs and training sets (whole batches and a remainder)"
 
 
-HINTS_8_1 = ("count the forward pass (2 FLOPs per weight and example), the backward pass (dW1, dW2 and dH, not the "
+HINTS_8_1 = ("count, for the examples of the whole batches only (steps x batch_size), the forward pass (2 FLOPs per weight and example), the backward pass (dW1, dW2 and dH, not the "
              "gradient with respect to the images) and the update (2 FLOPs per parameter, biases included, per WHOLE "
              "batch: steps = n_train // batch_size)",
-             "count the images once (float32: 4 bytes a pixel) and, every step (whole batches only), each parameter "
+             "count the images of the whole batches once (float32: 4 bytes a pixel) and, every step (whole batches only), each parameter "
              "read, its gradient read and the parameter written (4 bytes each)")
 
 

@@ -2,9 +2,9 @@
 
 One epoch of the 784-128-10 MLP (SGD, lr 0.1) at each batch size through course_plain, course_plain_graph,
 course_fused (batch <= 64, its limit), pytorch_eager and pytorch_graph (notebook 08's benchmark rows, course.tools.bench),
-the median of the epochs after a warm-up one; and the compute floor: an epoch's floating-point work
-(6 x weights x images: 2 for the forward pass, 4 for the two backward products) at the TFLOP/s cuBLAS reaches on a large
-matmul (bench-h200.json's "matmul"), which no batch size can beat.
+the median of the epochs after a warm-up one; and the compute floor: an epoch's floating-point work at batch 64
+(course.perf.epoch_cost, notebook 08 section 3: the forward pass, dW1, dW2 and dH, the update) at the TFLOP/s cuBLAS
+reaches on a large matmul (bench-h200.json's "matmul"), which no batch size can beat.
 """
 import argparse
 import json
@@ -17,9 +17,10 @@ EPOCHS = 3                 # 1 warm-up + 2 timed
 BENCH_JSON = Path(__file__).resolve().parents[2] / "notebooks" / "results" / "bench-h200.json"
 
 
-def flops_per_epoch(n_images, n_in=784, hidden=128, n_out=10):
-    """Multiply-adds x 2 of one epoch: forward X W (2 per weight and image) and the backward dW and dX (4)."""
-    return 6 * (n_in * hidden + hidden * n_out) * n_images
+def flops_per_epoch(n_images, n_in=784, hidden=128, n_out=10, batch_size=64):
+    """An epoch's FLOPs as notebook 08 section 3 counts them (course.perf.epoch_cost: no gradient for the images)."""
+    from course.perf import epoch_cost
+    return epoch_cost(n_images, n_in, hidden, n_out, batch_size)[0]
 
 
 def cublas_tflops(path=BENCH_JSON):
