@@ -110,6 +110,13 @@ def sgd_epoch_ref(X, y, perm, params, batch_size, lr):
     return np.array(losses), p
 
 
+# %% notebooks/10_fused.ipynb cell f_e3s
+# Exercise 10.3: the grid barrier's count
+def barrier_target(old, blocks):
+    """The count at which the last of `blocks` blocks has arrived at the barrier where this block's add saw `old`."""
+    return (old // blocks + 1) * blocks
+
+
 # %% notebooks/10_fused.ipynb cell ct2
 if course.SIMULATOR:
     def globaltimer():
@@ -341,13 +348,6 @@ def warp_sum(scr, v):
         v += shfl_xor(scr, v, m)
         m //= 2
     return v
-
-
-# %% notebooks/10_fused.ipynb cell f_e3s
-# Exercise 10.3: the grid barrier's count
-def barrier_target(old, blocks):
-    """The count at which the last of `blocks` blocks has arrived at the barrier where this block's add saw `old`."""
-    return (old // blocks + 1) * blocks
 
 
 # %% notebooks/10_fused.ipynb cell c043
