@@ -1230,10 +1230,10 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
 
 # %% notebooks/10_fused.ipynb cell fl2
 MILESTONES = {   # the ladder: name -> (what changes from the rung below, FusedTrainer's keywords)
-    "v1": ("3 plain launches a step; X and W1 tiles staged twice a step", dict(mode="phases")),
-    "v2": ("1 cooperative launch a step: grid barriers replace kernel ends", dict(mode="step")),
-    "v3": ("persistent kernel: 1 launch an epoch, W1 tiles stay in shared memory", dict(mode="epoch", tma=False)),
-    "v4": ("TMA bulk copies bring X's tiles, from a double-buffered Xt (sm_90+)", dict(mode="epoch", tma=True)),
+    "fused1": ("3 plain launches a step; X and W1 tiles staged twice a step", dict(mode="phases")),
+    "fused2": ("1 cooperative launch a step: grid barriers replace kernel ends", dict(mode="step")),
+    "fused3": ("persistent kernel: 1 launch an epoch, W1 tiles stay in shared memory", dict(mode="epoch", tma=False)),
+    "fused4": ("TMA bulk copies bring X's tiles, from a double-buffered Xt (sm_90+)", dict(mode="epoch", tma=True)),
 }
 EPOCHS_TIMED = 3   # ladder: ms per epoch, the median of this many epochs
 
@@ -1243,12 +1243,12 @@ def ladder(X, y, perm, hidden, batch_size, lr, seed=0, milestones=MILESTONES):
     X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
     _, want = sgd_epoch_ref(X, y, perm, init_params(hidden, seed, n_in=X.shape[1]).to_host(), batch_size, lr)
     losses = cuda.device_array(len(perm) // batch_size, np.float32)
-    print(timing.label(f"{'':4s}{'what changes':70s}{'max |diff|':>11s}  ms per epoch"))
+    print(timing.label(f"{'':8s}{'what changes':70s}{'max |diff|':>11s}  ms per epoch"))
     rows = {}
     for name, (change, keywords) in milestones.items():
         if keywords.get("tma") and not has_tma():
             rows[name] = (None, None)
-            print(f"{name:4s}{change:70s}{'-':>11s}  " + ("no TMA off a GPU" if course.SIMULATOR else
+            print(f"{name:8s}{change:70s}{'-':>11s}  " + ("no TMA off a GPU" if course.SIMULATOR else
                                                           "not on this GPU (no TMA)"))
             continue
         params = init_params(hidden, seed, n_in=X.shape[1])          # the same start for every rung
@@ -1260,7 +1260,7 @@ def ladder(X, y, perm, hidden, batch_size, lr, seed=0, milestones=MILESTONES):
             functools.partial(trainer.epoch, X_d, y_d, perm_d, losses), repeat=EPOCHS_TIMED, warmup=0)
         rows[name] = (diff, ms)
         unused = keywords.get("tma") and trainer.Xt is None   # x_tiles: too few blocks for the copies
-        print(f"{name:4s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else f"{ms:.2f}")
+        print(f"{name:8s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else f"{ms:.2f}")
               + ("  (no bulk copies at this grid size)" if unused else ""))
     return rows
 

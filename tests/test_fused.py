@@ -183,15 +183,15 @@ def test_clocks_are_recorded_in_order_and_reported(data):
 def test_the_ladder_matches_the_numpy_twin(data, capsys):
     """ladder: each milestone (course.fused.MILESTONES) trained one epoch of 2 steps at an odd batch size (7) and
     7 hidden units (one tile, its last unit past the end: kept in shared memory by the epoch kernel; on a GPU 8
-    blocks, one without a batch row, so v4 gathers X for the TMA) ends within float32 noise of sgd_epoch_ref; one
-    printed row each; v4 a row that says why it did not run where the device has no TMA."""
+    blocks, one without a batch row, so fused4 gathers X for the TMA) ends within float32 noise of sgd_epoch_ref; one
+    printed row each; fused4 a row that says why it did not run where the device has no TMA."""
     from course.fused import MILESTONES, has_tma, ladder
     X, y = data[0], data[1]
     perm = np.random.default_rng(4).permutation(len(X))[:7 * 2]
     rows = ladder(X, y, perm, 7, 7, LR, seed=SEED)
-    assert list(rows) == list(MILESTONES) == ["v1", "v2", "v3", "v4"]
+    assert list(rows) == list(MILESTONES) == ["fused1", "fused2", "fused3", "fused4"]
     for name, (diff, ms) in rows.items():
-        if name == "v4" and not has_tma():
+        if name == "fused4" and not has_tma():
             assert diff is None and ms is None
             continue
         assert diff < 1e-5, name
