@@ -451,7 +451,8 @@ FIGURES = [
     Fig("08", "sc3", r"([\d.]+) times the floor", calc(lambda a, f: a / f, Json(SCALING, "rows[impl=pytorch_graph,batch_size=4096].epoch_s"),
         Json(SCALING, "floor_s"))),
     Fig("08", "sc3", r"the floor of ([\d.]+) ms", calc(lambda s: s * 1e3, Json(SCALING, "floor_s"))),
-    Fig("08", "sc3", r"at batch 1024 \(([\d.]+) ms\)", EPOCH_MS("pytorch_graph", 1024)),
+    Fig("08", "sc3", r"at batch 1024 \(([\d.]+) against", EPOCH_MS("pytorch_graph", 1024)),
+    Fig("08", "sc3", r"against ([\d.]+) ms\) and beats", EPOCH_MS("course_fused", 64)),
     Fig("08", "sc3", r"direct epoch, (\d+) ms here", EPOCH_MS("course_plain", 64)),
     Fig("08", "sc3", r"against the benchmark's (\d+),", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
     # --- 08 section 7: the race (results/race-h200.json) ---
@@ -461,7 +462,9 @@ FIGURES = [
     Fig("08", "rc3", r"in a median ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("course_"))),
     Fig("08", "rc3", r"fastest graph in ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("pytorch_"))),
     Fig("08", "rc3", r"([\d.]+) times sooner", calc(lambda a, b: b / a, RACE_BEST("course_"), RACE_BEST("pytorch_"))),
-    Fig("08", "rc3", r"took (\d+) ms\.", calc(lambda s: s * 1e3, Json(RACE, "rows[stage=sweep,impl=pytorch_graph,batch_size=256,momentum=0.9,lr=0.08000000000000002,schedule=const].seconds_to_target"))),
+    Fig("08", "rc3", r"over 3 epochs\) took (\d+) ms\.", calc(lambda: 1e3 * min(
+        r["seconds_to_target"] for r in json.loads((RESULTS / RACE).read_text())["rows"]
+        if r["stage"] == "sweep" and r["momentum"] and r["seconds_to_target"]), why="momentum's fastest sweep row")),
     Fig("08", "rc3", r"`torch.compile` took ([\d,]+) ms", calc(lambda s: s * 1e3, Json(RACE, "rows[stage=final,impl=pytorch_compile].seconds_to_target"))),
     Fig("08", "rc3", r"batch 64 ([\d,]+)\s+ms", calc(lambda s: s * 1e3, Json(RACE, "rows[stage=final,impl=pytorch_eager].seconds_to_target"))),
     # --- simulator and tool settings (no GPU run) ---

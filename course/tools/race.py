@@ -48,7 +48,7 @@ def sweep_grid(quick=False):
         return [Recipe("course_fused", 16, 0.1, "const", 0.0), Recipe("pytorch_graph", 16, 0.1, "linear-2", 0.9)]
     course = [Recipe("course_fused", b, lr, s, 0.0) for b in (32, 64) for lr in (0.1, 0.2, 0.3, 0.4, 0.6)
               for s in schedules[:4]]
-    torch = [Recipe("pytorch_graph", b, lr * (1 if mu == 0 else 0.1), s, mu)
+    torch = [Recipe("pytorch_graph", b, round(lr * (1 if mu == 0 else 0.1), 6), s, mu)
              for b in (32, 64, 128, 256, 512, 1024, 2048) for mu in (0.0, 0.9)
              for lr in (0.1, 0.2, 0.4, 0.8) for s in schedules]
     return course + torch
