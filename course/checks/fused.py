@@ -50,6 +50,12 @@ def check_warp_sum(warp_sum, seed=0):
                           "exchange does: add the partner's value to your own, in every lane")
 
 
+def _ordinal(n):
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 @exercise("10.3", nudges=(
     "The counter only grows, across barriers and launches. At a barrier every block adds one; the block that arrives last brings it to a multiple of the number of blocks.",
     "From the count a block saw before its own add, which multiple of blocks is the one this barrier ends at? Think of the first block of the second barrier, and of the last block of the first.",
@@ -69,7 +75,7 @@ def check_barrier_target(barrier_target, seed=0):
                 old = count                              # what the atomic add returns to this block
                 count += 1
                 case = (f"with {blocks} blocks, at a launch's barrier {barrier + 1}: block {block} arrived "
-                        f"{arrival + 1}th of {blocks} (the count was {old} before its add)")
+                        f"{_ordinal(arrival + 1)} of {blocks} (the count was {old} before its add)")
                 got = call(ex, case, barrier_target, old, blocks)
                 want = start + (barrier + 1) * blocks
                 if got is None or int(got) != want:
