@@ -962,8 +962,8 @@ def forward_kernel(X, perm, step, W1, Z, T):
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
-    phase_a(X, perm, step * Z.shape[0], W1, Z, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]), True, mbar,
-            False, T, 0)
+    phase_a(X, perm, step * Z.shape[0], W1, Z, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
+            fresh_w=True, mbar=mbar, copies=False, T=T, i=0)
 
 
 @cuda.jit(**_JIT)
@@ -985,7 +985,7 @@ def update_kernel(X, perm, step, lr, W1, b1, W2, b2, H, dZ2, dH, T):
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
     update_units(lr, H, dZ2, dH, W2, b1, b2, sP)
     phase_c(X, perm, step * H.shape[0], lr, W1, dH, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
-            False, X, mbar, False, T, 0)
+            kept=False, Xt=X, mbar=mbar, copies=False, T=T, i=0)
 
 
 # %% notebooks/10_fused.ipynb cell c047-2
