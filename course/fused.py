@@ -955,6 +955,11 @@ def tile_rows(i, k0, B, K):
     return ((i % 2) * ((K + TK - 1) // TK) + k0 // TK) * MAX_BATCH
 
 
+RESTAGE_W = True   # phase_a's fresh_w: stage W1's tile (a one-phase launch keeps nothing from the step before)
+NOT_KEPT = False   # phase_c's kept: the tile is not kept in shared memory between steps
+NO_TMA = False     # copies: the threads stage X (no bulk copies between separate launches)
+
+
 @cuda.jit(**_JIT)
 def forward_kernel(X, perm, step, W1, Z, T):
     """Phase A of step `step` as its own launch (any grid: blocks stride over the tiles)."""
@@ -963,7 +968,7 @@ def forward_kernel(X, perm, step, W1, Z, T):
     sP = cuda.shared.array(P_CELLS, float32)
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
     phase_a(X, perm, step * Z.shape[0], W1, Z, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
-            fresh_w=True, mbar=mbar, copies=False, T=T, i=0)
+            RESTAGE_W, mbar, NO_TMA, T, 0)
 
 
 @cuda.jit(**_JIT)
@@ -985,7 +990,7 @@ def update_kernel(X, perm, step, lr, W1, b1, W2, b2, H, dZ2, dH, T):
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
     update_units(lr, H, dZ2, dH, W2, b1, b2, sP)
     phase_c(X, perm, step * H.shape[0], lr, W1, dH, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
-            kept=False, Xt=X, mbar=mbar, copies=False, T=T, i=0)
+            NOT_KEPT, X, mbar, NO_TMA, T, 0)
 
 
 # %% notebooks/10_fused.ipynb cell c047-2
