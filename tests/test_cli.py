@@ -53,7 +53,7 @@ def dataset(root, n_train, n_test, seed=0):
 
 
 @pytest.mark.parametrize("args, says", [
-    ([], "choose a command: info, doctor, train, bench, export, exercises, execute, download"),
+    ([], "choose a command: info, doctor, train, bench, race, export, exercises, execute, download"),
     (["train", "--seed", "-1"], "argument --seed: must be 0 or more, got -1"),
     (["train", "--hidden", "1000000000"], "argument --hidden: must be at most 65,536"),
     (["train", "--hidden", "0"], "argument --hidden: must be at least 1"),
