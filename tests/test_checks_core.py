@@ -221,7 +221,7 @@ def test_hint_climbs_the_ladder_and_shows_code_only_when_asked_by_level(capsys, 
     for _ in range(4):  # asking again and again never reaches the answer
         hint("2.1")
         shown.append(capsys.readouterr().out)
-    assert "hint 1 of 3" in shown[0] and "hint 2 of 3" in shown[1] and "level=3" in shown[1]
+    assert "nudge 1 of 2 (level 3: the answer)" in shown[0] and "nudge 2 of 2" in shown[1] and "level=3" in shown[1]
     assert not any(answer in out for out in shown)
     assert shown[0] != shown[1]
     hint("2.1", level=3)
@@ -235,7 +235,7 @@ def test_the_teacher_can_turn_the_answers_off(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "turned off" in out and "acc +=" not in out
     hint("2.1", level=1)
-    assert "hint 1 of 3" in capsys.readouterr().out
+    assert "nudge 1 of 2" in capsys.readouterr().out
 
 
 def test_the_answers_obey_their_specs():
