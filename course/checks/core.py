@@ -88,7 +88,8 @@ def hint_text(key, level=None):
                 f"(hint('{key}')).\n{HINTS[key]}")
     more = (f"Next: hint('{key}') for another nudge." if level < len(nudges) else
             f"That was the last nudge: hint('{key}', level={last}) shows the answer's code.")
-    return f"Exercise {key}, nudge {level} of {len(nudges)} (level {last}: the answer):\n  {nudges[level - 1]}\n  {more}"
+    head = f"Exercise {key}, nudge {level} of {len(nudges)} (level {last}: the answer)"
+    return f"{head}:\n  {nudges[level - 1]}\n  {more}"
 
 
 def answers_shown():
