@@ -1,8 +1,9 @@
 """Every figure the prose quotes has one source, checked (issue 9 item 2, issue 15).
 
-The notebooks' markdown and README.md quote numbers from GPU runs ("41 ms per epoch", "19× faster"). FIGURES lists
-each one: the notebook cell (by its `id`) or README, a regex whose group 1 is the figure as written, where the figure
-comes from, and how close it must be:
+The notebooks' markdown, README.md and notebooks/results/fused-history.md quote numbers from GPU runs ("41 ms per
+epoch", "19× faster"). FIGURES lists each one: the notebook cell (by its `id`), README or HISTORY (fused-history.md,
+notebook 10's kernel history), a regex whose group 1 is the figure as written, where the figure comes from, and how
+close it must be:
 
 - `Out(nb, cell, regex)`: group 1 of `regex` in the saved outputs of code cell `cell` of notebook `nb`;
 - `Json(file, "rows[impl=course_fused].epoch_s")`: a key of notebooks/results/FILE (`list[field=value]` picks the
@@ -38,6 +39,17 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 RESULTS = NOTEBOOKS / "results"
 README = "README"
+HISTORY = "fused-history"   # notebooks/results/fused-history.md: notebook 10's kernel history (scanned like README)
+
+
+def md_files():
+    """{where: path} of the Markdown files scanned besides the notebooks (read at call time: tests patch ROOT)."""
+    return {README: ROOT / "README.md", HISTORY: RESULTS / "fused-history.md"}
+
+
+def where_name(where, cell):
+    """How an error message names a figure's place."""
+    return md_files()[where].name if where in md_files() else f"{where} {cell}"
 
 # ------------------------------------------------------------------------------------------------------------------
 # Sources
@@ -257,8 +269,8 @@ def mnist_blank_pixels():
 
 @dataclass(frozen=True)
 class Fig:
-    where: str        # notebook number ("08") or README
-    cell: str         # markdown cell id ("" for README)
+    where: str        # notebook number ("08"), README or HISTORY
+    cell: str         # markdown cell id ("" for README and HISTORY)
     phrase: str       # regex, spaces match any whitespace; group 1 is the figure
     source: object
     tol: float = 0.0  # relative tolerance beyond the precision the figure is written in
@@ -426,15 +438,15 @@ FIGURES = [
         Json(BENCH, "rows[impl=course_plain].epoch_s"), Json(BENCH, "rows[impl=course_plain_graph].epoch_s")), tol=0.05),
     Fig("08", "cg10", r"What is left,\s+(\d+) ms against", calc(lambda s: s * 1e3,
         Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
-    Fig("10", "f000", r"took it from about (\d+) to \d+ ms", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
-    Fig("10", "f000", r"took it from about \d+ to (\d+) ms", calc(lambda s: s * 1e3,
+    Fig("10", "f000", r"the plain loop from about (\d+) to \d+ ms", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
+    Fig("10", "f000", r"the plain loop from about \d+ to (\d+) ms", calc(lambda s: s * 1e3,
         Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
     Fig("10", "f000", r"trains an epoch in about (\d+) ms", calc(lambda s: s * 1e3, FUSED_S)),
     Fig("08", "cg10", r"\| 15 → 1 \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
     Fig("08", "cg10", r"\| 15 → 1 \| about \d+ \| \*\*about (\d+)\*\*", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
     Fig("08", "cg10", r"\| 1 \| about (\d+) \(eager\)", calc(lambda s: s * 1e3, TORCH_S), tol=0.01),
     Fig("08", "cg10", r"\(eager\) \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
-    Fig("10", "cf1", r"Its ([\d.]+) µs overlap", SPARE_US),
+    Fig("10", "cf1", r"its ([\d.]+) µs overlap", SPARE_US),
     # --- 08 section 6: the batch-size sweep (results/scaling-h200.json) ---
     Fig("08", "sc3", r"graph takes (\d+) µs at batch 32", STEP_US("course_plain_graph", 32)),
     Fig("08", "sc3", r"µs at batch 32 and (\d+) µs at 256", STEP_US("course_plain_graph", 256)),
@@ -498,32 +510,33 @@ FIGURES = [
     Fig("10", "c038", r"gives `fused_steps_kernel` (\d+) registers", Ptxas("course.fused:fused_steps_kernel")),
     Fig("10", "c038", r"it spills (\d+) bytes", Ptxas("course.fused:fused_steps_kernel", 128, "spill")),
     Fig("10", "c038", r"an \*\*occupancy\*\* of (\d+) %", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
-    Fig("10", "c044", r"does it in (16) shuffles", calc(lambda: 8 + 4 + 2 + 1 + 1, why="halvings of 8, 4, 2, 1 values, then one exchange")),
-    Fig("10", "ct1", r"advances in ticks of (32)\s+ns", Json(FUSED, "globaltimer.tick_ns")),
+    Fig("10", "c044", r"takes (16) shuffles", calc(lambda: 8 + 4 + 2 + 1 + 1, why="halvings of 8, 4, 2, 1 values, then one exchange")),
     Fig("10", "ck1", r"advances in ticks of (32) ns", Json(FUSED, "globaltimer.tick_ns")),
     Fig("10", "ck1", r"multiples of (32) ns\)", Json(FUSED, "globaltimer.tick_ns")),
-    Fig("10", "f_ms", r"every phase\s+\(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
-    Fig("10", "f_ms", r"two barriers a step \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=29.9].epoch_ms")),
-    Fig("10", "f_ms", r"`range\(t, n, nt\)`: ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=23.87].epoch_ms")),
-    Fig("10", "f_ms", r"`range\(t, n, nt\)`: [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=16.91].epoch_ms")),
-    Fig("10", "f_ms", r"constant length \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=16.1].epoch_ms")),
-    Fig("10", "f_ms", r"waits for it \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=15.4].epoch_ms")),
-    Fig("10", "f_ms", r"`grid_barrier`: ([\d.]+) → [\d.]+ µs", Json(FUSED, "versions[epoch_ms=15.4].clocks_us.barrier1")),
-    Fig("10", "f_ms", r"`grid_barrier`: [\d.]+ → ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=14.38].clocks_us.barrier1")),
-    Fig("10", "f_ms", r"µs a barrier, ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=15.4].epoch_ms")),
-    Fig("10", "f_ms", r"µs a barrier, [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=14.38].epoch_ms")),
-    Fig("10", "f_ms", r"spare blocks \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=13.64].epoch_ms")),
-    Fig("10", "f_ms", r"staging X\s+([\d.]+) → [\d.]+ µs", Json(FUSED, FINAL + ".without_copies_clocks_us.a_x")),
-    Fig("10", "f_ms", r"staging X\s+[\d.]+ → ([\d.]+) µs", Json(FUSED, FINAL + ".clocks_us.a_x")),
-    Fig("10", "f_ms", r"µs, ([\d.]+) → [\d.]+ ms on the same host", Json(FUSED, FINAL + ".without_copies_ms")),
-    Fig("10", "f_ms", r"µs, [\d.]+ → ([\d.]+) ms on the same host", Json(FUSED, FINAL + ".epoch_ms")),
-    Fig("10", "f_ms", r"the committed kernel, ([\d.]+) ms", Json(FUSED, NOW + ".epoch_ms")),
-    Fig("10", "f_ms", r"the epoch did not: ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=12.22].epoch_ms")),
-    Fig("10", "f_ms", r"the epoch did not: [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=12.39].epoch_ms")),
-    Fig("10", "f_ms", r"in phase A, ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=12.39].epoch_ms")),
-    Fig("10", "f_ms", r"in phase A, [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=9.91].epoch_ms")),
-    Fig("10", "f_ms", r"inside the kernel, ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=9.64].epoch_ms")),
-    Fig("10", "f_ms", r"does not exist, ([\d.]+) ms", Json(FUSED, NOW + ".epoch_ms")),
+    Fig("10", "f_ms", r"in every phase \(([\d.]+) ms per epoch\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
+    Fig("10", "f_ms", r"the committed kernel \(([\d.]+) ms, the kernel alone", Json(FUSED, NOW + ".epoch_ms")),
+    Fig(HISTORY, "", r"every phase\s+\(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
+    Fig(HISTORY, "", r"two barriers a step \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=29.9].epoch_ms")),
+    Fig(HISTORY, "", r"`range\(t, n, nt\)`: ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=23.87].epoch_ms")),
+    Fig(HISTORY, "", r"`range\(t, n, nt\)`: [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=16.91].epoch_ms")),
+    Fig(HISTORY, "", r"constant length \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=16.1].epoch_ms")),
+    Fig(HISTORY, "", r"waits for it \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=15.4].epoch_ms")),
+    Fig(HISTORY, "", r"`grid_barrier`: ([\d.]+) → [\d.]+ µs", Json(FUSED, "versions[epoch_ms=15.4].clocks_us.barrier1")),
+    Fig(HISTORY, "", r"`grid_barrier`: [\d.]+ → ([\d.]+) µs", Json(FUSED, "versions[epoch_ms=14.38].clocks_us.barrier1")),
+    Fig(HISTORY, "", r"µs a barrier, ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=15.4].epoch_ms")),
+    Fig(HISTORY, "", r"µs a barrier, [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=14.38].epoch_ms")),
+    Fig(HISTORY, "", r"spare blocks \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=13.64].epoch_ms")),
+    Fig(HISTORY, "", r"staging X\s+([\d.]+) → [\d.]+ µs", Json(FUSED, FINAL + ".without_copies_clocks_us.a_x")),
+    Fig(HISTORY, "", r"staging X\s+[\d.]+ → ([\d.]+) µs", Json(FUSED, FINAL + ".clocks_us.a_x")),
+    Fig(HISTORY, "", r"µs, ([\d.]+) → [\d.]+ ms on the same host", Json(FUSED, FINAL + ".without_copies_ms")),
+    Fig(HISTORY, "", r"µs, [\d.]+ → ([\d.]+) ms on the same host", Json(FUSED, FINAL + ".epoch_ms")),
+    Fig(HISTORY, "", r"the committed kernel, ([\d.]+) ms", Json(FUSED, NOW + ".epoch_ms")),
+    Fig(HISTORY, "", r"the epoch did not: ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=12.22].epoch_ms")),
+    Fig(HISTORY, "", r"the epoch did not: [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=12.39].epoch_ms")),
+    Fig(HISTORY, "", r"in phase A, ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=12.39].epoch_ms")),
+    Fig(HISTORY, "", r"in phase A, [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=9.91].epoch_ms")),
+    Fig(HISTORY, "", r"inside the kernel, ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=9.64].epoch_ms")),
+    Fig(HISTORY, "", r"does not exist, ([\d.]+) ms", Json(FUSED, NOW + ".epoch_ms")),
     Fig("10", "fg3", r"step costs ([\d.]+) µs against", Out("10", "fg2", r"fused step, graph\s+([\d.]+) µs per step")),
     Fig("10", "fg3", r"against ([\d.]+) µs launched from Python", LADDER("fused step (1 cooperative/step)")),
     Fig("10", "fg3", r"adds about (\d+) µs", calc(lambda d, g: d - g, LADDER("fused step (1 cooperative/step)"),
@@ -532,15 +545,14 @@ FIGURES = [
         Out("10", "fg2", r"fused step, graph\s+([\d.]+) µs per step"), LADDER("fused epoch (1/epoch)"))),
     Fig("10", "fg3", r"epoch kernel's ([\d.]+) µs step", LADDER("fused epoch (1/epoch)")),
     Fig("10", "fg3", r"add\s+up to ([\d.]+) µs", Out("10", "fg2", r"the three phases alone, summed\s+([\d.]+) µs")),
-    Fig("10", "fg3", r"row \((\d+) ms an epoch\)", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"))),
-    Fig("10", "cg10b", r"\| (20.2) \|", Json(FUSED, "versions[epoch_ms=20.18].epoch_ms")),
-    Fig("10", "cg10b", r"\| (28.6) \|", Json(FUSED, "versions[epoch_ms=28.61].epoch_ms")),
-    Fig("10", "cg10b", r"\| (14.4) \|", Json(FUSED, "versions[epoch_ms=14.37].epoch_ms")),
-    Fig("10", "cg10b", r"\| (13.2) \|", Json(FUSED, "versions[epoch_ms=13.2].epoch_ms")),
-    Fig("10", "cg10b", r"\| (20.7) \|", Json(FUSED, "versions[epoch_ms=20.75].epoch_ms")),
-    Fig("10", "cg10b", r"\| (12.7) \|", Json(FUSED, "versions[epoch_ms=12.7].epoch_ms")),
+    Fig(HISTORY, "", r"row \((\d+) ms an epoch\)", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"))),
+    Fig(HISTORY, "", r"\| (20.2) \|", Json(FUSED, "versions[epoch_ms=20.18].epoch_ms")),
+    Fig(HISTORY, "", r"\| (28.6) \|", Json(FUSED, "versions[epoch_ms=28.61].epoch_ms")),
+    Fig(HISTORY, "", r"\| (14.4) \|", Json(FUSED, "versions[epoch_ms=14.37].epoch_ms")),
+    Fig(HISTORY, "", r"\| (13.2) \|", Json(FUSED, "versions[epoch_ms=13.2].epoch_ms")),
+    Fig(HISTORY, "", r"\| (20.7) \|", Json(FUSED, "versions[epoch_ms=20.75].epoch_ms")),
+    Fig(HISTORY, "", r"\| (12.7) \|", Json(FUSED, "versions[epoch_ms=12.7].epoch_ms")),
     Fig("10", "c062", r"about ([\d.]+) ms per step for the plain loop", calc(lambda us: us / 1e3, LADDER("plain (15 launches/step)"))),
-    Fig("10", "c062", r"about (\d+) µs each with", calc(lambda us: us / 15, LADDER("plain (15 launches/step)"))),
     Fig("10", "c062", r"own time per step, about (\d+) µs", LADDER("fused epoch (1/epoch)")),
     Fig("10", "c062", r"kernel takes ([\d.]+) ms per epoch against", FUSED_MS_10),
     Fig("10", "c062", r"against ([\d.]+) ms for the plain loop", PLAIN_MS_10),
@@ -548,7 +560,7 @@ FIGURES = [
     Fig("10", "c062", r"the host: (\d+) ms in the benchmark", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
     Fig("10", "c062", r"it is (\d+)× faster than PyTorch", calc(lambda t, f: t / f, TORCH_S, FUSED_S)),
     Fig("10", "c062", r"eager \((\d+) ms per epoch\)", calc(lambda t: t * 1e3, TORCH_S), tol=0.01),
-    Fig("10", "c062", r"and ([\d.]+)× faster than PyTorch with", calc(lambda g, f: g / f, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"), FUSED_S)),
+    Fig("10", "c062", r"and ([\d.]+)× faster than PyTorch's step", calc(lambda g, f: g / f, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"), FUSED_S)),
     Fig("10", "c062", r"\((\d+) ms an epoch\),\s+the fair", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
     Fig("10", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
     Fig("10", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_10, FP32_MS), tol=0.05),
@@ -557,7 +569,7 @@ FIGURES = [
     Fig("10", "c062", r"about (\d+) ns for a trip to DRAM", Json(FUSED, "latency_probe.dram_ns")),
     Fig("10", "c062", r"take about ([\d.]+) µs for 100 multiply-adds", A_FWD),
     Fig("10", "c062", r"\((1,875) per epoch", calc(lambda: 2 * STEPS + 1, why="two barriers a step and one after the first gather (course.fused.fused_steps_kernel)")),
-    Fig("10", "c062", r"gathered\), about ([\d.]+) µs each", Out("10", "ck3", r"barrier 1 \(last arrival to first release\)\s+([\d.]+) µs")),
+    Fig("10", "c062", r"first gather\), about ([\d.]+) µs each", Out("10", "ck3", r"barrier 1 \(last arrival to first release\)\s+([\d.]+) µs")),
     Fig("10", "c062", r"small part of the (\d+) µs step", LADDER("fused epoch (1/epoch)")),
 ]
 
@@ -572,8 +584,8 @@ FIGURE_RE = re.compile(  # a number (or a range a-b) and a unit; "19×" / "19x" 
 
 
 def prose():
-    """[(where, cell id, markdown text)] for every notebook's markdown cells and README.md."""
-    out = [(README, "", (ROOT / "README.md").read_text(encoding="utf-8"))]
+    """[(where, cell id, markdown text)] for every notebook's markdown cells, README.md and fused-history.md."""
+    out = [(where, "", path.read_text(encoding="utf-8")) for where, path in md_files().items()]
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
         nb = path.name[:2]
         out += [(nb, c["id"], _src(c)) for c in _cells(nb).values() if c["cell_type"] == "markdown"]
@@ -581,8 +593,8 @@ def prose():
 
 
 def prose_text(where, cell):
-    if where == README:
-        return (ROOT / "README.md").read_text(encoding="utf-8")
+    if where in md_files():
+        return md_files()[where].read_text(encoding="utf-8")
     c = _cells(where)[cell]
     assert c["cell_type"] == "markdown", f"{where} {cell} is not a markdown cell"
     return _src(c)
@@ -593,7 +605,7 @@ def locate(fig, text=None):
     text = prose_text(fig.where, fig.cell) if text is None else text
     pattern = re.compile(re.sub(r"(?<!\\) ", r"\\s+", fig.phrase))
     found = list(pattern.finditer(text))
-    assert len(found) == 1, (f"{fig.where} {fig.cell or 'README.md'}: {fig.phrase!r} matches {len(found)} times "
+    assert len(found) == 1, (f"{where_name(fig.where, fig.cell)}: {fig.phrase!r} matches {len(found)} times "
                              "(it must match once: make the phrase longer, or update the registry)")
     return found[0]
 
@@ -627,7 +639,7 @@ def test_figure_agrees_with_its_source(fig):
     m = locate(fig)
     value = fig.source.value()
     assert agrees(m.group(1), value, fig.tol), (
-        f"{fig.where} {fig.cell or 'README.md'}: the prose says {m.group(0)!r} but {fig.source} gives {value:.6g} "
+        f"{where_name(fig.where, fig.cell)}: the prose says {m.group(0)!r} but {fig.source} gives {value:.6g} "
         f"(tolerance: the written precision, or {fig.tol:.0%}). After a re-run on the GPU: "
         "python tests/test_figures.py --update")
 
@@ -644,7 +656,7 @@ def test_every_figure_has_a_source():
         for m in FIGURE_RE.finditer(text):
             if not any(a < m.end() and m.start() < b for a, b in spans):
                 context = text[max(0, m.start() - 50):m.end() + 20].replace("\n", " ")
-                loose.append(f"{where} {cell or 'README.md'}: {m.group(0)!r} in '...{context}...'")
+                loose.append(f"{where_name(where, cell)}: {m.group(0)!r} in '...{context}...'")
     assert not loose, ("figures in the prose with no source in tests/test_figures.py FIGURES (add an entry: the saved "
                        "output or results JSON it comes from, or the arithmetic / data sheet):\n" + "\n".join(loose))
 
@@ -692,10 +704,12 @@ def test_update_rewrites_a_drifted_figure(tmp_path, monkeypatch):
         assert wrong != good
         path.write_text(wrong, encoding="utf-8")
         readme = (tmp_path / "README.md").read_text(encoding="utf-8")
+        history = (tmp_path / "notebooks" / "results" / "fused-history.md").read_text(encoding="utf-8")
         _cells.cache_clear()
         assert update() == 1
         assert path.read_text(encoding="utf-8") == good
         assert (tmp_path / "README.md").read_text(encoding="utf-8") == readme
+        assert (tmp_path / "notebooks" / "results" / "fused-history.md").read_text(encoding="utf-8") == history
     finally:
         _cells.cache_clear()
 
@@ -712,8 +726,8 @@ def update():
     for fig in FIGURES:
         by_file.setdefault(fig.where, []).append(fig)
     for where, figs in by_file.items():
-        if where == README:
-            texts = {"": (ROOT / "README.md").read_text(encoding="utf-8")}
+        if where in md_files():
+            texts = {"": md_files()[where].read_text(encoding="utf-8")}
         else:
             nb = json.loads(_nb_path(where).read_text(encoding="utf-8"))
             cells = {c["id"]: c for c in nb["cells"]}
@@ -725,11 +739,11 @@ def update():
             if agrees(m.group(1), value, fig.tol):
                 continue
             new = fmt_like(m.group(1), value)
-            print(f"{where} {fig.cell or 'README.md'}: {m.group(0)!r}: {m.group(1)} -> {new}  ({fig.source})")
+            print(f"{where_name(where, fig.cell)}: {m.group(0)!r}: {m.group(1)} -> {new}  ({fig.source})")
             texts[fig.cell] = text[:m.start(1)] + new + text[m.end(1):]
             changes += 1
-        if where == README:
-            (ROOT / "README.md").write_text(texts[""], encoding="utf-8")
+        if where in md_files():
+            md_files()[where].write_text(texts[""], encoding="utf-8")
         else:
             for cid, text in texts.items():
                 cells[cid]["source"] = text.splitlines(keepends=True)
