@@ -980,44 +980,46 @@ NO_TMA = False     # copies: the threads stage X (no bulk copies between separat
 
 
 @cuda.jit(**_JIT)
-def forward_kernel(data, step, w, acts, T):
-    """Phase A of step `step` as its own launch (any grid: blocks stride over the tiles). data: a Batch, w: Weights,
-    acts: Acts (device arrays each)."""
+def forward_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step, T):
+    """Phase A of step `step` as its own launch (any grid: blocks stride over the tiles)."""
+    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
-    phase_a(data, step * acts.Z.shape[0], w, acts, sX, sW, sP, tile_origin(cuda.blockIdx.x, w.W1.shape[1]),
+    phase_a(data, step * Z.shape[0], w, acts, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
             RESTAGE_W, mbar, NO_TMA, T, 0)
 
 
 @cuda.jit(**_JIT)
-def backward_kernel(data, step, w, acts, losses, T):
+def backward_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step, losses, T):
     """Phase B of step `step` as its own launch (any grid: blocks stride over the batch rows); the step's mean loss
     added to losses[step]."""
+    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
     sP = cuda.shared.array(P_CELLS, float32)
-    B = acts.H.shape[0]
+    B = H.shape[0]
     phase_b(data, step * B, w, acts, losses, step, sP, T, 0)
-    prefetch_next(data, step * B, B, data.X[:0], 0)
+    prefetch_next(data, step * B, B, X[:0], 0)
 
 
 @cuda.jit(**_JIT)
-def update_kernel(data, step, lr, w, acts, T):
+def update_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step, lr, T):
     """Phase C of step `step` as its own launch, the hidden units first (any grid: blocks stride over the hidden
     units and the tiles)."""
+    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)
     sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
     update_units(lr, w, acts, sP)
-    phase_c(data, step * acts.H.shape[0], lr, w, acts, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, w.W1.shape[1]),
-            NOT_KEPT, data.X, mbar, NO_TMA, T, 0)
+    phase_c(data, step * H.shape[0], lr, w, acts, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
+            NOT_KEPT, X, mbar, NO_TMA, T, 0)
 
 
 # %% notebooks/10_fused.ipynb cell c047-2
 @cuda.jit(**_JIT)
-def fused_steps_kernel(data, step0, nsteps, lr, w, acts, losses, T, bar, Xt):
+def fused_steps_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step0, nsteps, lr, losses, T, bar, Xt):
     """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, grid-wide
     barriers after A and after B. Correct for any grid that is co-resident (a cooperative launch checks that).
     The small layer of step i (W2, b1, b2) is updated before barrier 1 of step i + 1 (only phase B reads it): by
@@ -1027,15 +1029,15 @@ def fused_steps_kernel(data, step0, nsteps, lr, w, acts, losses, T, bar, Xt):
     gridDim more when it gathers into Xt). Xt: room for two batches' tiles of X (gather_tiles), or no rows: when
     every tile has a block of its own, some blocks have no batch row and Xt has rows, the blocks without a row
     gather the next batch's tiles there during phase B, and the TMA brings each block's X[batch, tile]
-    from there during phase C. data: a Batch, w: Weights, acts: Acts (device arrays each)."""
-    X, perm, W1, W2 = data.X, data.perm, w.W1, w.W2
+    from there during phase C."""
+    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # the TMA's count of the bytes landed
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)     # partial sums; a row's logits in phase B
     sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
     grid = cuda.cg.this_grid()
-    B = acts.H.shape[0]
+    B = H.shape[0]
     ntiles = ((W1.shape[0] + TK - 1) // TK) * ((W1.shape[1] + TJ - 1) // TJ)
     kept = ntiles <= cuda.gridDim.x              # a tile per block: it stays in shared memory
     origin = tile_origin(cuda.blockIdx.x, W1.shape[1])   # (k0, j0) of the block's first tile, computed once
@@ -1147,17 +1149,22 @@ class FusedTrainer:
 
     def launch_phases(self, X_d, y_d, perm_d, step, losses, stream=0, phases=(1, 2, 3)):
         """The plain launches of step `step` (mode "phases"): phase A, B and C (1, 2, 3), or those in `phases`."""
-        data, grids, nt, T = Batch(X_d, y_d, perm_d), self.phase_grids(), self.threads, self.no_clocks
+        state, grids, nt, T = self.state(X_d, y_d, perm_d), self.phase_grids(), self.threads, self.no_clocks
         if 1 in phases:
-            forward_kernel[grids[0], nt, stream](data, step, self.W, self.acts, T)
+            forward_kernel[grids[0], nt, stream](*state, step, T)
         if 2 in phases:
-            backward_kernel[grids[1], nt, stream](data, step, self.W, self.acts, losses, T)
+            backward_kernel[grids[1], nt, stream](*state, step, losses, T)
         if 3 in phases:
-            update_kernel[grids[2], nt, stream](data, step, self.lr, self.W, self.acts, T)
+            update_kernel[grids[2], nt, stream](*state, step, self.lr, T)
+
+    def state(self, X_d, y_d, perm_d):
+        """The arrays every kernel takes first, flat: a Batch, the Weights, the Acts. Each kernel builds the
+        namedtuples itself: numba-cuda would type a namedtuple argument in Python at every launch."""
+        return (*Batch(X_d, y_d, perm_d), *self.W, *self.acts)
 
     def _args(self, X_d, y_d, perm_d, step0, nsteps, losses, T, Xt=None):
         """fused_steps_kernel's arguments for steps step0 .. step0 + nsteps - 1 of the epoch's order perm_d."""
-        return (Batch(X_d, y_d, perm_d), step0, nsteps, self.lr, self.W, self.acts, losses, T, self.bar,
+        return (*self.state(X_d, y_d, perm_d), step0, nsteps, self.lr, losses, T, self.bar,
                 self.no_tiles if Xt is None else Xt)
 
     def x_tiles(self, X_d, perm_d, grid, nsteps):

@@ -29,7 +29,7 @@ from numba import cuda  # noqa: E402
 
 from course.data import load_mnist  # noqa: E402
 from course.tools import compile as ccompile  # noqa: E402
-from course.tools.signatures import all_signatures, type_names  # noqa: E402
+from course.tools.signatures import all_signatures  # noqa: E402
 from course.train import fit, init_params  # noqa: E402
 
 T4 = dict(name="Tesla T4", cc=(7, 5), sms=40, shared_per_sm=64 * 1024, threads_per_sm=1024, regs_per_sm=64 * 1024,
@@ -44,7 +44,8 @@ OUT = "notebooks/results/fused-t4grid-h200.json"
 def sm75_resources():
     """Registers and shared memory per block of fused_steps_kernel as ptxas assembles it for sm_75 (TMA
     off, max_registers as the kernel asks), or the compiled kernel's attributes on this GPU without ptxas."""
-    names = type_names()
+    from numba import types
+    names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
     sig = all_signatures()["course.fused:fused_steps_kernel"][0]
     ptxas = ccompile.find_ptxas()
     if ptxas is None:
@@ -57,7 +58,8 @@ def sm75_resources():
 
 def own_resources(trainer, args):
     """The fallback: registers and shared memory of the kernel compiled for this GPU."""
-    k = trainer.kernel.compile(tuple(trainer.kernel.typeof_pyval(a) for a in args))
+    kernel = fused.fused_steps_kernel
+    k = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
     return dict(registers=k.get_regs_per_thread(), shared=k.get_shared_mem_per_block(), spills=None,
                 source="the kernel compiled for this GPU (no ptxas found)")
 

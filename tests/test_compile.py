@@ -101,26 +101,3 @@ def test_signature_table_lists_every_kernel():
         module = importlib.import_module(f"course.{m.name}")
         found |= {f"course.{m.name}:{k}" for k in kernels_in(module)}
     assert found == set(all_signatures()), "list the new kernels in their topic's table of course/tools/signatures.py"
-
-
-def test_the_fused_signatures_type_the_namedtuples_as_numba_does():
-    """course.fused's kernels take namedtuples of device arrays (Batch, Weights, Acts): the table's Batch(...),
-    Weights(...), Acts(...) (course.tools.signatures.type_names) are the types numba.typeof gives such tuples, C
-    contiguous arrays as launchers pass (host arrays stand in for device arrays: the same array types)."""
-    import numba
-    import numpy as np
-
-    from course import fused
-    from course.tools.signatures import type_names
-    f32, i64 = np.float32, np.int64
-    X, W1, W2, b1, b2 = (np.zeros(s, f32) for s in ((5, 7), (7, 3), (3, 2), 3, 2))
-    Z, dZ2 = np.zeros((4, 3), f32), np.zeros((4, 2), f32)
-    for y in (np.zeros(5, i64), np.zeros(5, np.int32)):
-        want = [numba.typeof(fused.Batch(X, y, np.zeros(5, i64))), numba.typeof(i64(0)), numba.typeof(i64(0)),
-                numba.typeof(f32(0)), numba.typeof(fused.Weights(W1, b1, W2, b2)),
-                numba.typeof(fused.Acts(Z, Z, dZ2, Z)), numba.typeof(np.zeros(2, f32)),
-                numba.typeof(np.zeros((0, 1, fused.NPOINTS), np.uint64)), numba.typeof(np.zeros(1, np.uint64)),
-                numba.typeof(np.zeros((0, fused.TK), f32))]
-        sigs = all_signatures()["course.fused:fused_steps_kernel"]
-        got = eval(f"({sigs[0 if y.dtype == i64 else 1]},)", {}, type_names())
-        assert list(got) == want

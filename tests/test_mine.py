@@ -283,7 +283,7 @@ import course
 from course import mine
 from course.tools import nbtools
 from course.tools.compile import CC
-from course.tools.signatures import all_signatures, type_names
+from course.tools.signatures import all_signatures
 import numba.cuda.dispatcher as dispatcher
 from numba import cuda, types
 
@@ -293,7 +293,7 @@ class NoDevice:  # as course.tools.compile: device functions ask the current dev
 
 
 dispatcher.get_current_device = NoDevice
-names = type_names()
+names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
 sigs, n = all_signatures(), 0
 for path in nbtools.solution_notebooks()[:5]:
     ns = {"__name__": "__main__"}

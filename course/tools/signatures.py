@@ -1,8 +1,6 @@
 """The compile test's data (tests/test_compile.py, `python -m course.tools.compile`): every course kernel, one table
 per topic, "module:kernel" -> the argument types it is compiled for, as numba spells them ("C" layout `[::1]` as
-launchers pass them, "A" layout `[:]` as the checks' guarded views do), and course.fused's namedtuples of device
-arrays as Batch(...), Weights(...), Acts(...) of their fields' types: eval a signature in type_names(). A new kernel
-goes in its topic's table."""
+launchers pass them, "A" layout `[:]` as the checks' guarded views do). A new kernel goes in its topic's table."""
 
 _M2, _A2 = "float32[:, ::1]", "float32[:, :]"  # 2-D float32: "C" layout, "A" layout
 _C1, _A1 = "float32[::1]", "float32[:]"        # 1-D float32: "C" layout, "A" layout
@@ -70,13 +68,11 @@ LANDSCAPE = {  # the kernel of notebook 07, as the launcher and the check call i
 }
 
 _T = "uint64[:, :, ::1]"   # course.fused's clocks (steps, blocks, NPOINTS)
-_BATCH = f"Batch({_M2}, {{y}}, {_I})"                  # course.fused's namedtuples of device arrays (type_names)
-_W = f"Weights({_M2}, {_V}, {_M2}, {_V})"
-_ACTS = f"Acts({_M2}, {_M2}, {_M2}, {_M2})"
-_FWD = f"{_BATCH}, int64, {_W}, {_ACTS}, {_T}"
-_BWD = f"{_BATCH}, int64, {_W}, {_ACTS}, {_V}, {_T}"
-_UPD = f"{_BATCH}, int64, float32, {_W}, {_ACTS}, {_T}"
-_STEPS = f"{_BATCH}, int64, int64, float32, {_W}, {_ACTS}, {_V}, {_T}, uint64[::1], float32[:, ::1]"
+_STATE = f"{_M2}, {{y}}, {_I}, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_M2}"  # X, y, perm, W1 .. b2, Z .. dH
+_FWD = f"{_STATE}, int64, {_T}"
+_BWD = f"{_STATE}, int64, {_V}, {_T}"
+_UPD = f"{_STATE}, int64, float32, {_T}"
+_STEPS = f"{_STATE}, int64, int64, float32, {_V}, {_T}, uint64[::1], float32[:, ::1]"
 PERF = {  # every kernel of notebooks 08-10 (course.perf, course.graphs, course.matmul, course.merged, course.fused), as launchers and checks call it
     "course.perf:empty1_kernel": [_V],
     "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
@@ -96,27 +92,6 @@ PERF = {  # every kernel of notebooks 08-10 (course.perf, course.graphs, course.
 
 TABLES = {"support": SUPPORT, "data": DATA, "forward": FORWARD, "loss": LOSS, "grad": GRAD, "update": UPDATE,
           "train": TRAIN, "landscape": LANDSCAPE, "perf": PERF}  # topic (course/checks/<topic>.py) -> its table
-
-
-def _named_tuple(cls, *fields):
-    """numba's type of a namedtuple `cls` whose fields have the types `fields`, as numba.typeof gives it for one
-    (NamedUniTuple when they agree, else NamedTuple)."""
-    from numba import types
-    return types.BaseTuple.from_types(fields, cls)
-
-
-def type_names():
-    """The names the signatures are written in, for eval: numba.types's, and course.fused's namedtuples of device
-    arrays (Batch, Weights, Acts), each a function of its fields' types to numba's type of that tuple."""
-    import functools
-
-    from numba import types
-
-    from course import fused
-    names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
-    for cls in (fused.Batch, fused.Weights, fused.Acts):
-        names[cls.__name__] = functools.partial(_named_tuple, cls)
-    return names
 
 
 def all_signatures():
