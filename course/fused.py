@@ -33,6 +33,7 @@ the launch stays cooperative, so that the GPU checks every block is resident."""
 import functools
 import math
 import time
+from collections import namedtuple
 
 import numpy as np
 from numba import cuda, float32, types, uint64
@@ -91,6 +92,10 @@ SMALL_ONE = SMALL_CELLS   # sS[SMALL_ONE] = 1: the second factor of the sums of 
 _JIT = {} if course.SIMULATOR else dict(max_registers=REGS)
 _SIM = course.SIMULATOR   # the simulator's shuffles go through shared memory: every thread must call them
 X_ALIGN = None if course.SIMULATOR else 16   # bytes: where sX starts (the TMA needs 16)
+
+Batch = namedtuple("Batch", "X y perm")       # the data: X (N, K) float32, y (N,) int labels, perm (n,) int64 rows
+Weights = namedtuple("Weights", "W1 b1 W2 b2")  # the parameters: W1 (K, hidden), b1 (hidden,), W2 (hidden, C), b2 (C,)
+Acts = namedtuple("Acts", "Z H dZ2 dH")       # a step's buffers: Z, H, dH (B, hidden), dZ2 (B, C), float32
 
 
 # %% notebooks/10_fused.ipynb cell c041
@@ -506,11 +511,12 @@ def forward_tile(sX, sW, B, j0, Z, scr):
 
 # %% notebooks/10_fused.ipynb cell c043-4
 @cuda.jit(device=True)
-def phase_a(X, perm, base, W1, Z, sX, sW, sP, origin, fresh_w, mbar, copies, T, i):
+def phase_a(data, base, w, acts, sX, sW, sP, origin, fresh_w, mbar, copies, T, i):
     """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is staged when
     `fresh_w` (else sW holds it, as phase C left it); origin: tile_origin of the block's first tile. X[batch, tile]
     is staged, or when `copies` (one tile per block) waits for the TMA: mbar's phase i % 2. Every thread
-    of the block must call it."""
+    of the block must call it. data: a Batch, w: Weights, acts: Acts (phase A reads X, perm, W1 and adds into Z)."""
+    X, perm, W1, Z = data.X, data.perm, w.W1, acts.Z
     B = Z.shape[0]
     K, hidden = W1.shape
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
@@ -560,12 +566,14 @@ def warp_class_sums(acc, scr):
 
 # %% notebooks/10_fused.ipynb cell c045-2
 @cuda.jit(device=True)
-def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
+def row_backward(r, label, w, acts, losses, step, sP, T, i):
     """Batch row r, a hidden unit per thread (j = t, then t + blockDim, ... when hidden is larger): H[r, j] =
     ReLU(Z[r, j] + b1[j]) (Z[r, j] zeroed for the next step); the logits: thread j multiplies by W2[j], held in
     its registers, shuffles add a warp's units, shared memory the warps'; the softmax and dZ2[r] in every warp
     (class c in lanes c and c + 16); dH[r, j] = (dZ2[r] W2[j]^T) [H[r, j] > 0]; the row's loss / B into
-    losses[step]. Every thread of the block must call it."""
+    losses[step]. Every thread of the block must call it. w: Weights (b1, W2, b2 read), acts: Acts."""
+    b1, W2, b2 = w.b1, w.W2, w.b2
+    Z, H, dZ2, dH = acts
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = H.shape
     C = W2.shape[1]
@@ -644,20 +652,23 @@ def row_backward(r, label, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
 
 # %% notebooks/10_fused.ipynb cell c045-3
 @cuda.jit(device=True)
-def phase_b(y, perm, base, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i):
-    """Backward: one batch row per block at a time. Every thread must call it."""
-    B = H.shape[0]
+def phase_b(data, base, w, acts, losses, step, sP, T, i):
+    """Backward: one batch row per block at a time (data: a Batch, w: Weights, acts: Acts). Every thread must call
+    it."""
+    y, perm = data.y, data.perm
+    B = acts.H.shape[0]
     r = cuda.blockIdx.x
     while r < B:
-        row_backward(r, y[perm[base + r]], Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i)
+        row_backward(r, y[perm[base + r]], w, acts, losses, step, sP, T, i)
         r += cuda.gridDim.x
 
 
 @cuda.jit(device=True)
-def prefetch_next(X, perm, base, B, Xt, row0):
+def prefetch_next(data, base, B, Xt, row0):
     """The blocks without a batch row (during phase B) prepare the next batch's X: when Xt has rows, they gather
     its tiles into Xt[row0:] (gather_tiles), for the TMA; else they ask the L2 cache for its rows of X,
-    a 128-byte line per thread."""
+    a 128-byte line per thread. data: a Batch (X and perm read)."""
+    X, perm = data.X, data.perm
     if cuda.blockIdx.x < B or base + 2 * B > perm.shape[0]:
         return
     v = (cuda.blockIdx.x - B) * cuda.blockDim.x + cuda.threadIdx.x
@@ -736,10 +747,12 @@ def lane_sums(sR, n):
 
 # %% notebooks/10_fused.ipynb cell cf2-2
 @cuda.jit(device=True)
-def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
+def update_unit(j, lr, w, acts, sR):
     """Hidden unit j < hidden: W2[j, c] -= lr sum_r H[r, j] dZ2[r, c] (c < C) and b1[j] -= lr sum_r dH[r, j]
     (c = C); j == hidden: b2[c] -= lr sum_r dZ2[r, c]. Thread (lane, c) sums two rows at a time; the parameter
-    it updates is loaded first, so that its trip to memory overlaps the sums."""
+    it updates is loaded first, so that its trip to memory overlaps the sums. w: Weights, acts: Acts."""
+    b1, W2, b2 = w.b1, w.W2, w.b2
+    H, dZ2, dH = acts.H, acts.dZ2, acts.dH
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = H.shape
     C = W2.shape[1]
@@ -783,22 +796,24 @@ def update_unit(j, lr, H, dZ2, dH, W2, b1, b2, sR):
 
 
 @cuda.jit(device=True)
-def update_units(lr, H, dZ2, dH, W2, b1, b2, sP):
+def update_units(lr, w, acts, sP):
     """The hidden units of this block: unit hidden - u for u = block, block + grid, ... (block 0 takes b2, as
-    unit `hidden`). Every thread of the block must call it."""
-    hidden = H.shape[1]
+    unit `hidden`). Every thread of the block must call it. w: Weights, acts: Acts."""
+    hidden = acts.H.shape[1]
     u = cuda.blockIdx.x
     while u < hidden + 1:
-        update_unit(hidden - u, lr, H, dZ2, dH, W2, b1, b2, sP)
+        update_unit(hidden - u, lr, w, acts, sP)
         u += cuda.gridDim.x
 
 
 # %% notebooks/10_fused.ipynb cell cf2-3
 @cuda.jit(device=True)
-def stage_small(H, dZ2, dH, j0, sS):
+def stage_small(acts, j0, sS):
     """sS = H[:, j0:j0 + UJ], dH[:, j0:j0 + UJ] (MAX_BATCH x UJ each), dZ2 (MAX_BATCH x NC_PAD), zeros past the
     edges, and sS[SMALL_ONE] = 1. Thread o: 4 cells of row o // 8 of H, the same of dH, 2 cells of dZ2: 10 loads
-    in flight, at unsigned indices held inside the arrays (no branch, no wraparound check); then the stores."""
+    in flight, at unsigned indices held inside the arrays (no branch, no wraparound check); then the stores.
+    acts: Acts (H, dZ2, dH read)."""
+    H, dZ2, dH = acts.H, acts.dZ2, acts.dH
     B, hidden = H.shape
     C = dZ2.shape[1]
     v = cuda.local.array(SMALL_PER, float32)
@@ -844,12 +859,14 @@ def small_grad(a, sa, b, sb, sS):
 
 # %% notebooks/10_fused.ipynb cell cf2-4
 @cuda.jit(device=True)
-def update_small(lr, H, dZ2, dH, W2, b1, b2, first, sS, T, i):
+def update_small(lr, w, acts, first, sS, T, i):
     """The small layer after a step, by the blocks from `first` on (those with no tile; the others return at once),
     UJ hidden units each: W2[j, c] -= lr sum_r H[r, j] dZ2[r, c], b1[j] -= lr sum_r dH[r, j] and, in block
     `first`, b2[c] -= lr sum_r dZ2[r, c]. The block's columns are staged in shared memory sS (stage_small), then a
-    thread per parameter; the old values are loaded before the staging, so that both trips overlap."""
-    hidden = H.shape[1]
+    thread per parameter; the old values are loaded before the staging, so that both trips overlap. w: Weights,
+    acts: Acts."""
+    b1, W2, b2 = w.b1, w.W2, w.b2
+    hidden = acts.H.shape[1]
     C = W2.shape[1]
     t = cuda.threadIdx.x
     g = cuda.blockIdx.x - first
@@ -872,7 +889,7 @@ def update_small(lr, H, dZ2, dH, W2, b1, b2, first, sS, T, i):
     else:
         a, sa, b, sb = D + c, NC_PAD, SMALL_ONE, 0
     if j0 < hidden:
-        stage_small(H, dZ2, dH, j0, sS)
+        stage_small(acts, j0, sS)
     stamp(T, i, AT_SPARE_STAGED)
     if ok and j0 < hidden:
         new = old - lr * small_grad(uint64(a), uint64(sa), uint64(b), uint64(sb), sS)
@@ -897,11 +914,13 @@ def load_dh(dH, j0, d):
 
 # %% notebooks/10_fused.ipynb cell cf2-5
 @cuda.jit(device=True)
-def phase_c(X, perm, base, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar, copies, T, i):
+def phase_c(data, base, lr, w, acts, sX, sW, sdH, sP, origin, kept, Xt, mbar, copies, T, i):
     """Update W1, every tile of this block: dW1[tile] = X[batch, tile]^T dH[:, tile], W1[tile] -= lr dW1[tile].
     X[batch, tile] and the tile of W1 are staged again unless `kept` (a block that owns one tile still holds both
     from phase A). `copies`: once the sums have read sX, the TMA brings the next batch's tile from Xt into
-    it, for the next phase A. Every thread of the block must call it."""
+    it, for the next phase A. Every thread of the block must call it. data: a Batch, w: Weights (W1 updated), acts:
+    Acts (dH read)."""
+    X, perm, W1, dH = data.X, data.perm, w.W1, acts.dH
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = dH.shape
     K = W1.shape[0]
@@ -961,41 +980,46 @@ NO_TMA = False     # copies: the threads stage X (no bulk copies between separat
 
 
 @cuda.jit(**_JIT)
-def forward_kernel(X, perm, step, W1, Z, T):
+def forward_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step, T):
     """Phase A of step `step` as its own launch (any grid: blocks stride over the tiles)."""
+    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
-    phase_a(X, perm, step * Z.shape[0], W1, Z, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
+    phase_a(data, step * Z.shape[0], w, acts, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
             RESTAGE_W, mbar, NO_TMA, T, 0)
 
 
 @cuda.jit(**_JIT)
-def backward_kernel(y, perm, step, X, b1, W2, b2, Z, H, dZ2, dH, losses, T):
-    """Phase B of step `step` as its own launch (any grid: blocks stride over the batch rows)."""
+def backward_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step, losses, T):
+    """Phase B of step `step` as its own launch (any grid: blocks stride over the batch rows); the step's mean loss
+    added to losses[step]."""
+    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
     sP = cuda.shared.array(P_CELLS, float32)
-    phase_b(y, perm, step * H.shape[0], Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, 0)
-    prefetch_next(X, perm, step * H.shape[0], H.shape[0], X[:0], 0)
+    B = H.shape[0]
+    phase_b(data, step * B, w, acts, losses, step, sP, T, 0)
+    prefetch_next(data, step * B, B, X[:0], 0)
 
 
 @cuda.jit(**_JIT)
-def update_kernel(X, perm, step, lr, W1, b1, W2, b2, H, dZ2, dH, T):
+def update_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step, lr, T):
     """Phase C of step `step` as its own launch, the hidden units first (any grid: blocks stride over the hidden
     units and the tiles)."""
+    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)
     sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
-    update_units(lr, H, dZ2, dH, W2, b1, b2, sP)
-    phase_c(X, perm, step * H.shape[0], lr, W1, dH, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
+    update_units(lr, w, acts, sP)
+    phase_c(data, step * H.shape[0], lr, w, acts, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
             NOT_KEPT, X, mbar, NO_TMA, T, 0)
 
 
 # %% notebooks/10_fused.ipynb cell c047-2
 @cuda.jit(**_JIT)
-def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2, dH, losses, T, bar, Xt):
+def fused_steps_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step0, nsteps, lr, losses, T, bar, Xt):
     """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, grid-wide
     barriers after A and after B. Correct for any grid that is co-resident (a cooperative launch checks that).
     The small layer of step i (W2, b1, b2) is updated before barrier 1 of step i + 1 (only phase B reads it): by
@@ -1006,6 +1030,7 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     every tile has a block of its own, some blocks have no batch row and Xt has rows, the blocks without a row
     gather the next batch's tiles there during phase B, and the TMA brings each block's X[batch, tile]
     from there during phase C."""
+    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # the TMA's count of the bytes landed
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
@@ -1029,26 +1054,26 @@ def fused_steps_kernel(X, y, perm, step0, nsteps, lr, W1, b1, W2, b2, Z, H, dZ2,
     for i in range(nsteps):
         step = step0 + i
         stamp(T, i, AT_STEP)
-        phase_a(X, perm, step * B, W1, Z, sX, sW, sP, origin, not kept or i == 0, mbar, copies, T, i)
+        phase_a(data, step * B, w, acts, sX, sW, sP, origin, not kept or i == 0, mbar, copies, T, i)
         if i > 0 and spare:
-            update_small(lr, H, dZ2, dH, W2, b1, b2, ntiles, sX, T, i)   # the step before's (tile blocks: nothing)
+            update_small(lr, w, acts, ntiles, sX, T, i)   # the step before's (tile blocks: nothing)
         elif i > 0:
-            update_units(lr, H, dZ2, dH, W2, b1, b2, sP)     # the step before's hidden units
+            update_units(lr, w, acts, sP)     # the step before's hidden units
         stamp(T, i, AT_BARRIER_1)
         grid_barrier(grid, bar)                  # Z is complete, W2, b1 and b2 are updated
         stamp(T, i, AFTER_BARRIER_1)
-        phase_b(y, perm, step * B, Z, b1, W2, b2, H, dZ2, dH, losses, step, sP, T, i)
-        prefetch_next(X, perm, step * B, B, Xt, tile_rows(i + 1, 0, B, W1.shape[0]))
+        phase_b(data, step * B, w, acts, losses, step, sP, T, i)
+        prefetch_next(data, step * B, B, Xt, tile_rows(i + 1, 0, B, W1.shape[0]))
         stamp(T, i, AT_BARRIER_2)
         grid_barrier(grid, bar)                  # H, dZ2 and dH are complete, Z is zero again
         stamp(T, i, AFTER_BARRIER_2)
-        phase_c(X, perm, step * B, lr, W1, dH, sX, sW, sdH, sP, origin, kept, Xt, mbar,
-                copies and i + 1 < nsteps, T, i)
+        phase_c(data, step * B, lr, w, acts, sX, sW, sdH, sP, origin, kept, Xt, mbar, copies and i + 1 < nsteps, T,
+                i)
         stamp(T, i, AT_STEP_END)
     if spare:
-        update_small(lr, H, dZ2, dH, W2, b1, b2, ntiles, sX, T, nsteps)
+        update_small(lr, w, acts, ntiles, sX, T, nsteps)
     else:
-        update_units(lr, H, dZ2, dH, W2, b1, b2, sP)     # the last step's hidden units
+        update_units(lr, w, acts, sP)     # the last step's hidden units
 
 
 # %% notebooks/10_fused.ipynb cell c048
@@ -1086,12 +1111,13 @@ class FusedTrainer:
             raise ValueError("tma=True, but this device has no TMA (bulk copies need compute capability 9.0+): "
                              "tma=None or False")
         self.params, self.lr, self.mode, self.threads = params, np.float32(lr), mode, threads
-        self.W = (W1, b1, W2, b2)
+        self.W = Weights(W1, b1, W2, b2)
         f32 = np.float32
         self.Z = cuda.to_device(np.zeros((batch_size, hidden), f32))    # (B, hidden): zero between steps
         self.H = cuda.device_array((batch_size, hidden), f32)            # (B, hidden)
         self.dZ2 = cuda.device_array((batch_size, C), f32)               # (B, C)
         self.dH = cuda.device_array((batch_size, hidden), f32)           # (B, hidden)
+        self.acts = Acts(self.Z, self.H, self.dZ2, self.dH)               # the kernels' buffers, as they take them
         self.no_clocks = cuda.device_array((0, 1, NPOINTS), np.uint64)
         self.bar = cuda.to_device(np.zeros(1, np.uint64))              # grid_barrier's count
         self.no_tiles = cuda.device_array((0, TK), np.float32)            # Xt without rows: no TMA
@@ -1123,20 +1149,23 @@ class FusedTrainer:
 
     def launch_phases(self, X_d, y_d, perm_d, step, losses, stream=0, phases=(1, 2, 3)):
         """The plain launches of step `step` (mode "phases"): phase A, B and C (1, 2, 3), or those in `phases`."""
-        W1, b1, W2, b2 = self.W
-        grids, nt, T = self.phase_grids(), self.threads, self.no_clocks
+        state, grids, nt, T = self.state(X_d, y_d, perm_d), self.phase_grids(), self.threads, self.no_clocks
         if 1 in phases:
-            forward_kernel[grids[0], nt, stream](X_d, perm_d, step, W1, self.Z, T)
+            forward_kernel[grids[0], nt, stream](*state, step, T)
         if 2 in phases:
-            backward_kernel[grids[1], nt, stream](y_d, perm_d, step, X_d, b1, W2, b2, self.Z, self.H, self.dZ2,
-                                                  self.dH, losses, T)
+            backward_kernel[grids[1], nt, stream](*state, step, losses, T)
         if 3 in phases:
-            update_kernel[grids[2], nt, stream](X_d, perm_d, step, self.lr, W1, b1, W2, b2, self.H, self.dZ2,
-                                                self.dH, T)
+            update_kernel[grids[2], nt, stream](*state, step, self.lr, T)
+
+    def state(self, X_d, y_d, perm_d):
+        """The arrays every kernel takes first, flat: a Batch, the Weights, the Acts. Each kernel builds the
+        namedtuples itself: numba-cuda would type a namedtuple argument in Python at every launch."""
+        return (*Batch(X_d, y_d, perm_d), *self.W, *self.acts)
 
     def _args(self, X_d, y_d, perm_d, step0, nsteps, losses, T, Xt=None):
-        return (X_d, y_d, perm_d, step0, nsteps, self.lr, *self.W, self.Z, self.H, self.dZ2, self.dH, losses, T,
-                self.bar, self.no_tiles if Xt is None else Xt)
+        """fused_steps_kernel's arguments for steps step0 .. step0 + nsteps - 1 of the epoch's order perm_d."""
+        return (*self.state(X_d, y_d, perm_d), step0, nsteps, self.lr, losses, T, self.bar,
+                self.no_tiles if Xt is None else Xt)
 
     def x_tiles(self, X_d, perm_d, grid, nsteps):
         """fused_steps_kernel's Xt: room for two batches' tiles of X (2 x cdiv(K, TK) x MAX_BATCH rows of TK floats,

@@ -68,11 +68,11 @@ LANDSCAPE = {  # the kernel of notebook 07, as the launcher and the check call i
 }
 
 _T = "uint64[:, :, ::1]"   # course.fused's clocks (steps, blocks, NPOINTS)
-_FWD = f"{_M2}, {_I}, int64, {_M2}, {_M2}, {_T}"
-_BWD = f"{{y}}, {_I}, int64, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_M2}, {_V}, {_T}"
-_UPD = f"{_M2}, {_I}, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_T}"
-_STEPS = (f"{_M2}, {{y}}, {_I}, int64, int64, float32, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_M2}, {_V}, "
-          f"{_T}, uint64[::1], float32[:, ::1]")
+_STATE = f"{_M2}, {{y}}, {_I}, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_M2}"  # X, y, perm, W1 .. b2, Z .. dH
+_FWD = f"{_STATE}, int64, {_T}"
+_BWD = f"{_STATE}, int64, {_V}, {_T}"
+_UPD = f"{_STATE}, int64, float32, {_T}"
+_STEPS = f"{_STATE}, int64, int64, float32, {_V}, {_T}, uint64[::1], float32[:, ::1]"
 PERF = {  # every kernel of notebooks 08-10 (course.perf, course.graphs, course.matmul, course.merged, course.fused), as launchers and checks call it
     "course.perf:empty1_kernel": [_V],
     "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
@@ -84,9 +84,9 @@ PERF = {  # every kernel of notebooks 08-10 (course.perf, course.graphs, course.
     "course.merged:softmax_xent_grad_kernel": [f"{_M2}, {_I}, {_M2}, {_V}", f"{_M2}, int32[::1], {_M2}, {_V}"],
     "course.merged:grad_wb_kernel": [f"{_M2}, {_M2}, {_M2}, {_V}"],
     "course.merged:sgd_gridstride_kernel": ["float32[::1], float32[::1], float32", "float32[:], float32[:], float32"],
-    "course.fused:forward_kernel": [_FWD],
+    "course.fused:forward_kernel": [_FWD.format(y=_I), _FWD.format(y="int32[::1]")],
     "course.fused:backward_kernel": [_BWD.format(y=_I), _BWD.format(y="int32[::1]")],
-    "course.fused:update_kernel": [_UPD],
+    "course.fused:update_kernel": [_UPD.format(y=_I), _UPD.format(y="int32[::1]")],
     "course.fused:fused_steps_kernel": [_STEPS.format(y=_I), _STEPS.format(y="int32[::1]")],
 }
 
