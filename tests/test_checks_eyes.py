@@ -104,7 +104,7 @@ def test_a_device_function_with_a_warp_shuffle_is_not_simulated():
 
 
 def _apply_kernel(fn):
-    """A kernel made by a function, as 10.2's check wraps the student's device function: x[i] = fn(x[i])."""
+    """A kernel made by a function, as 11.1's check wraps the student's device function: x[i] = fn(x[i])."""
     @cuda.jit
     def kernel(x):
         i = cuda.grid(1)

@@ -6,7 +6,8 @@ from numba import cuda
 import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 from course.checks import CheckFailure
 from course.checks import fused as checks
-from course.fused import barrier_target, shfl_xor, warp_sum
+from course.fused import warp_sum
+from course.ptx import barrier_target, shfl_xor
 
 
 def test_solutions_pass():
@@ -32,7 +33,7 @@ def test_different_correct_answers_pass():
     checks.check_barrier_target(barrier_target_ceil)
 
 
-# --- Exercise 10.2: planted wrong butterflies ------------------------------------------------------------------
+# --- Exercise 11.1: planted wrong butterflies ------------------------------------------------------------------
 
 @pytest.mark.parametrize("old, new", [
     pytest.param("m = 16", "m = 8", id="half-warp sums (starts at 8)"),
@@ -41,11 +42,11 @@ def test_different_correct_answers_pass():
     pytest.param("v += shfl_xor(scr, v, m)", "v += shfl_xor(scr, v, 1)", id="always the neighbour"),
 ])
 def test_warp_sum_check_rejects(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 10.2"):
+    with pytest.raises(CheckFailure, match="Exercise 11.1"):
         checks.check_warp_sum(mutant(warp_sum, old, new))
 
 
-# --- Exercise 10.3: planted wrong targets ----------------------------------------------------------------------
+# --- Exercise 10.2: planted wrong targets ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("old, new", [
     pytest.param("(old // blocks + 1) * blocks", "(old + 1) // blocks * blocks", id="rounds down (a race)"),
@@ -54,5 +55,5 @@ def test_warp_sum_check_rejects(old, new):
     pytest.param("(old // blocks + 1) * blocks", "(old // blocks + 2) * blocks", id="the next barrier's count"),
 ])
 def test_barrier_target_check_rejects(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 10.3"):
+    with pytest.raises(CheckFailure, match="Exercise 10.2"):
         checks.check_barrier_target(mutant(barrier_target, old, new))

@@ -2,7 +2,7 @@
 
 The notebooks' markdown, README.md and notebooks/results/fused-history.md quote numbers from GPU runs ("41 ms per
 epoch", "19× faster"). FIGURES lists each one: the notebook cell (by its `id`), README or HISTORY (fused-history.md,
-notebook 10's kernel history), a regex whose group 1 is the figure as written, where the figure comes from, and how
+notebook 11's kernel history), a regex whose group 1 is the figure as written, where the figure comes from, and how
 close it must be:
 
 - `Out(nb, cell, regex)`: group 1 of `regex` in the saved outputs of code cell `cell` of notebook `nb`;
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 RESULTS = NOTEBOOKS / "results"
 README = "README"
-HISTORY = "fused-history"   # notebooks/results/fused-history.md: notebook 10's kernel history (scanned like README)
+HISTORY = "fused-history"   # notebooks/results/fused-history.md: notebook 11's kernel history (scanned like README)
 
 
 def md_files():
@@ -308,18 +308,18 @@ def STEP_US(impl, batch):
     """A step's microseconds in the batch-size sweep: the epoch over its 60,000 // batch steps."""
     return calc(lambda s: s * 1e6 / (60000 // batch), Json(SCALING, f"rows[impl={impl},batch_size={batch}].epoch_s"))
 TORCH_S = Json(BENCH, "rows[impl=pytorch_eager].epoch_s")
-SPEEDUP_10 = Out("10", "c058", r"speed-up ([\d.]+)x")
+SPEEDUP_10 = Out("11", "c058", r"speed-up ([\d.]+)x")
 LAUNCH_3 = Out("08", "c007", r"3 arrays\s*:\s*([\d.]+) µs")        # a launch with three array arguments
 LAUNCH_0 = Out("08", "c007", r"no argument\s*:\s*([\d.]+) µs")
 PLAIN_EPOCH_06 = Out("06", "c029", r"SGD lr 0.1, 784-128-10\s+([\d.]+) s per epoch")
-LADDER = lambda name: Out("10", "c054", re.escape(name) + r"\s+([\d.]+) µs per step")  # noqa: E731
+LADDER = lambda name: Out("11", "c054", re.escape(name) + r"\s+([\d.]+) µs per step")  # noqa: E731
 LADDER_TF = lambda name: Out("09", "c028", r"4096² × 4096\s+" + re.escape(name) + r"\s+([\d.]+) TFLOP")  # noqa
 STEP_WALL = Out("08", "c015", r"whole step\s+([\d.]+) µs")
 FP32_MS = Out("08", "c019", r"at FP32 peak: ([\d.]+) ms")
-FUSED_MS_10 = Out("10", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
-PLAIN_MS_10 = Out("10", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
+FUSED_MS_10 = Out("11", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
+PLAIN_MS_10 = Out("11", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
 from course.fused import CLOCK_PARTS  # noqa: E402
-CLOCK = lambda part: Out("10", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
+CLOCK = lambda part: Out("11", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
 SPARE_US = CLOCK(r"the step before's W2, b1, b2 in the spare blocks \(off the path: from C to barrier 1\)")
 FINAL = "versions[epoch_ms=12.22]"    # course.fused after step 7 (the TMA): its row of fused-h200.json
 NOW = "versions[epoch_ms=8.56]"       # course.fused now: its row of fused-h200.json
@@ -390,7 +390,7 @@ FIGURES = [
     Fig("07", "c052", r"the paper's (61) %", calc(lambda: 100 * 6 / math.pi ** 2, why="6/pi^2")),
     Fig("07", "c052", r"the paper's 61 % and (15) %", calc(lambda: 100 * 6 / (4 * math.pi ** 2), why="6/(4 pi^2)")),
     # --- 08 ---
-    Fig("10", "f000", r"a training loop (\d+)× faster", SPEEDUP_10),
+    Fig("11", "f000", r"a training loop (\d+)× faster", SPEEDUP_10),
     Fig("08", "c000", r"in about ([\d.]+) s per epoch on an H200", PLAIN_EPOCH_06),
     Fig("08", "c000", r"\(([\d.]+) s per epoch in the course's benchmark\)", TORCH_S),
     Fig("08", "c000", r"about (\d+) GFLOP of useful", Out("08", "c019", r"epoch: ([\d.]+) GFLOP"), tol=0.02),
@@ -437,15 +437,15 @@ FIGURES = [
         Json(BENCH, "rows[impl=course_plain].epoch_s"), Json(BENCH, "rows[impl=course_plain_graph].epoch_s")), tol=0.05),
     Fig("08", "cg10", r"What is left,\s+(\d+) ms against", calc(lambda s: s * 1e3,
         Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
-    Fig("10", "f000", r"the plain loop from about (\d+) to \d+ ms", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
-    Fig("10", "f000", r"the plain loop from about \d+ to (\d+) ms", calc(lambda s: s * 1e3,
+    Fig("10", "p000", r"the plain loop from about (\d+) to \d+ ms", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
+    Fig("10", "p000", r"the plain loop from about \d+ to (\d+) ms", calc(lambda s: s * 1e3,
         Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
-    Fig("10", "f000", r"trains an epoch in about (\d+) ms", calc(lambda s: s * 1e3, FUSED_S)),
+    Fig("11", "f000", r"trains an epoch in about (\d+) ms", calc(lambda s: s * 1e3, FUSED_S)),
     Fig("08", "cg10", r"\| 15 → 1 \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
     Fig("08", "cg10", r"\| 15 → 1 \| about \d+ \| \*\*about (\d+)\*\*", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
     Fig("08", "cg10", r"\| 1 \| about (\d+) \(eager\)", calc(lambda s: s * 1e3, TORCH_S), tol=0.01),
     Fig("08", "cg10", r"\(eager\) \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
-    Fig("10", "cf1", r"its ([\d.]+) µs overlap", SPARE_US),
+    Fig("11", "cf1", r"its ([\d.]+) µs overlap", SPARE_US),
     # --- 08 section 6: the batch-size sweep (results/scaling-h200.json) ---
     Fig("08", "sc3", r"graph takes (\d+) µs at batch 256", STEP_US("course_plain_graph", 256)),
     Fig("08", "sc3", r"about (\d+) times faster than both", calc(lambda a, b: min(a, b),
@@ -490,16 +490,20 @@ FIGURES = [
     Fig("08", "c010", r"stays near\s+(\d+) GB/s", Out("08", "c011", r"262144 KiB.*device → host:\s+[\d.]+ µs \(\s*([\d.]+) GB/s")),
     Fig("08", "c010", r"falls to about (\d+) GB/s host → device", Out("08", "c011", r"65536 KiB\s+host → device:\s+[\d.]+ µs \(\s*([\d.]+) GB/s")),
     Fig("09", "cm1", r"a load from DRAM takes about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
+    Fig("10", "p_t2", r"save about (\d+) µs", calc(lambda a, b: a - b, Out("10", "p_tc", r"plain \(15 launches/step\)\s+([\d.]+) µs"),
+        Out("10", "p_tc", r"merged \(9 launches/step\)\s+([\d.]+) µs"))),
+    Fig("10", "p_t2", r"of a ([\d.]+) µs step", Out("10", "p_tc", r"plain \(15 launches/step\)\s+([\d.]+) µs")),
+    Fig("10", "p_bw2", r"takes about\s+([\d.]+) µs", Out("10", "p_bwr", r"grid_barrier .*?([\d.]+) µs a round")),
     Fig("10", "c035", r"three launches a step\s+take ([\d.]+) µs", LADDER("fused phases (3/step)")),
     Fig("10", "c035", r"between the phases ([\d.]+) µs", LADDER("fused step (1 cooperative/step)")),
-    Fig("10", "c038c", r"gives `fused_steps_kernel` (\d+) registers", Ptxas("course.fused:fused_steps_kernel")),
-    Fig("10", "c038c", r"it spills (\d+) bytes", Ptxas("course.fused:fused_steps_kernel", 128, "spill")),
-    Fig("10", "c038c", r"an \*\*occupancy\*\* of (\d+) %", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
-    Fig("10", "c044", r"takes (16) shuffles", calc(lambda: 8 + 4 + 2 + 1 + 1, why="halvings of 8, 4, 2, 1 values, then one exchange")),
-    Fig("10", "ck1", r"advances in ticks of (32) ns", Json(FUSED, "globaltimer.tick_ns")),
-    Fig("10", "ck1", r"multiples of (32) ns\)", Json(FUSED, "globaltimer.tick_ns")),
-    Fig("10", "f_ms", r"in every phase \(([\d.]+) ms per epoch\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
-    Fig("10", "f_ms", r"the committed kernel \(([\d.]+) ms, the kernel alone", Json(FUSED, NOW + ".epoch_ms")),
+    Fig("11", "c038c", r"gives `fused_steps_kernel` (\d+) registers", Ptxas("course.fused:fused_steps_kernel")),
+    Fig("11", "c038c", r"it spills (\d+) bytes", Ptxas("course.fused:fused_steps_kernel", 128, "spill")),
+    Fig("11", "c038c", r"an \*\*occupancy\*\* of (\d+) %", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
+    Fig("11", "c044", r"takes (16) shuffles", calc(lambda: 8 + 4 + 2 + 1 + 1, why="halvings of 8, 4, 2, 1 values, then one exchange")),
+    Fig("11", "ck1", r"advances in ticks of (32) ns", Json(FUSED, "globaltimer.tick_ns")),
+    Fig("11", "ck1", r"multiples of (32) ns\)", Json(FUSED, "globaltimer.tick_ns")),
+    Fig("11", "f_ms", r"in every phase \(([\d.]+) ms per epoch\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
+    Fig("11", "f_ms", r"the committed kernel \(([\d.]+) ms, the kernel alone", Json(FUSED, NOW + ".epoch_ms")),
     Fig(HISTORY, "", r"every phase\s+\(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
     Fig(HISTORY, "", r"two barriers a step \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=29.9].epoch_ms")),
     Fig(HISTORY, "", r"`range\(t, n, nt\)`: ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=23.87].epoch_ms")),
@@ -522,18 +526,18 @@ FIGURES = [
     Fig(HISTORY, "", r"in phase A, [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=9.91].epoch_ms")),
     Fig(HISTORY, "", r"inside the kernel, ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=9.64].epoch_ms")),
     Fig(HISTORY, "", r"does not exist, ([\d.]+) ms", Json(FUSED, NOW + ".epoch_ms")),
-    Fig("10", "fl1", r"gives\s+([\d.]+), [\d.]+, [\d.]+ and", Out("10", "fl3", r"(?m)^fused1\s.*\s([\d.]+)$")),
-    Fig("10", "fl1", r"gives\s+[\d.]+, ([\d.]+), [\d.]+ and", Out("10", "fl3", r"(?m)^fused2\s.*\s([\d.]+)$")),
-    Fig("10", "fl1", r"gives\s+[\d.]+, [\d.]+, ([\d.]+) and", Out("10", "fl3", r"(?m)^fused3\s.*\s([\d.]+)$")),
-    Fig("10", "fl1", r" and ([\d.]+) ms per epoch: the persistent", Out("10", "fl3", r"(?m)^fused4\s.*\s([\d.]+)$")),
-    Fig("10", "fg3", r"step costs ([\d.]+) µs against", Out("10", "fg2", r"fused step, graph\s+([\d.]+) µs per step")),
-    Fig("10", "fg3", r"against ([\d.]+) µs launched from Python", LADDER("fused step (1 cooperative/step)")),
-    Fig("10", "fg3", r"adds about (\d+) µs", calc(lambda d, g: d - g, LADDER("fused step (1 cooperative/step)"),
-        Out("10", "fg2", r"fused step, graph\s+([\d.]+) µs per step"))),
-    Fig("10", "fg3", r"a graph replay about (\d+) µs", calc(lambda g, e: g - e,
-        Out("10", "fg2", r"fused step, graph\s+([\d.]+) µs per step"), LADDER("fused epoch (1/epoch)"))),
-    Fig("10", "fg3", r"epoch kernel's ([\d.]+) µs step", LADDER("fused epoch (1/epoch)")),
-    Fig("10", "fg3", r"add\s+up to ([\d.]+) µs", Out("10", "fg2", r"the three phases alone, summed\s+([\d.]+) µs")),
+    Fig("11", "fl1", r"gives\s+([\d.]+), [\d.]+, [\d.]+ and", Out("11", "fl3", r"(?m)^fused1\s.*\s([\d.]+)$")),
+    Fig("11", "fl1", r"gives\s+[\d.]+, ([\d.]+), [\d.]+ and", Out("11", "fl3", r"(?m)^fused2\s.*\s([\d.]+)$")),
+    Fig("11", "fl1", r"gives\s+[\d.]+, [\d.]+, ([\d.]+) and", Out("11", "fl3", r"(?m)^fused3\s.*\s([\d.]+)$")),
+    Fig("11", "fl1", r" and ([\d.]+) ms per epoch: the persistent", Out("11", "fl3", r"(?m)^fused4\s.*\s([\d.]+)$")),
+    Fig("11", "fg3", r"step costs ([\d.]+) µs against", Out("11", "fg2", r"fused step, graph\s+([\d.]+) µs per step")),
+    Fig("11", "fg3", r"against ([\d.]+) µs launched from Python", LADDER("fused step (1 cooperative/step)")),
+    Fig("11", "fg3", r"adds about (\d+) µs", calc(lambda d, g: d - g, LADDER("fused step (1 cooperative/step)"),
+        Out("11", "fg2", r"fused step, graph\s+([\d.]+) µs per step"))),
+    Fig("11", "fg3", r"a graph replay about (\d+) µs", calc(lambda g, e: g - e,
+        Out("11", "fg2", r"fused step, graph\s+([\d.]+) µs per step"), LADDER("fused epoch (1/epoch)"))),
+    Fig("11", "fg3", r"epoch kernel's ([\d.]+) µs step", LADDER("fused epoch (1/epoch)")),
+    Fig("11", "fg3", r"add\s+up to ([\d.]+) µs", Out("11", "fg2", r"the three phases alone, summed\s+([\d.]+) µs")),
     Fig(HISTORY, "", r"row \((\d+) ms an epoch\)", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"))),
     Fig(HISTORY, "", r"\| (20.2) \|", Json(FUSED, "versions[epoch_ms=20.18].epoch_ms")),
     Fig(HISTORY, "", r"\| (28.6) \|", Json(FUSED, "versions[epoch_ms=28.61].epoch_ms")),
@@ -541,25 +545,25 @@ FIGURES = [
     Fig(HISTORY, "", r"\| (13.2) \|", Json(FUSED, "versions[epoch_ms=13.2].epoch_ms")),
     Fig(HISTORY, "", r"\| (20.7) \|", Json(FUSED, "versions[epoch_ms=20.75].epoch_ms")),
     Fig(HISTORY, "", r"\| (12.7) \|", Json(FUSED, "versions[epoch_ms=12.7].epoch_ms")),
-    Fig("10", "c062", r"about ([\d.]+) ms per step for the plain loop", calc(lambda us: us / 1e3, LADDER("plain (15 launches/step)"))),
-    Fig("10", "c062", r"own time per step, about (\d+) µs", LADDER("fused epoch (1/epoch)")),
-    Fig("10", "c062", r"kernel takes ([\d.]+) ms per epoch against", FUSED_MS_10),
-    Fig("10", "c062", r"against ([\d.]+) ms for the plain loop", PLAIN_MS_10),
-    Fig("10", "c062", r"loop: (\d+)× faster", SPEEDUP_10),
-    Fig("10", "c062", r"the host: (\d+) ms in the benchmark", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
-    Fig("10", "c062", r"it is (\d+)× faster than PyTorch", calc(lambda t, f: t / f, TORCH_S, FUSED_S)),
-    Fig("10", "c062", r"eager \((\d+) ms per epoch\)", calc(lambda t: t * 1e3, TORCH_S), tol=0.01),
-    Fig("10", "c062", r"and ([\d.]+)× faster than PyTorch's step", calc(lambda g, f: g / f, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"), FUSED_S)),
-    Fig("10", "c062", r"\((\d+) ms an epoch\),\s+the fair", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
-    Fig("10", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
-    Fig("10", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_10, FP32_MS), tol=0.05),
-    Fig("10", "c062", r"split a step into (\d+) parts", calc(lambda: sum(who != "spare" for _, _, who in CLOCK_PARTS.values()), why="course.fused.CLOCK_PARTS on the path")),
-    Fig("10", "c062", r"about (\d+) ns for a dependent", Json(FUSED, "latency_probe.l2_hit_ns")),
-    Fig("10", "c062", r"about (\d+) ns for a trip to DRAM", Json(FUSED, "latency_probe.dram_ns")),
-    Fig("10", "c062", r"take about ([\d.]+) µs for 100 multiply-adds", A_FWD),
-    Fig("10", "c062", r"\((1,875) per epoch", calc(lambda: 2 * STEPS + 1, why="two barriers a step and one after the first gather (course.fused.fused_steps_kernel)")),
-    Fig("10", "c062", r"first gather\), about ([\d.]+) µs each", Out("10", "ck3", r"barrier 1 \(last arrival to first release\)\s+([\d.]+) µs")),
-    Fig("10", "c062", r"small part of the (\d+) µs step", LADDER("fused epoch (1/epoch)")),
+    Fig("11", "c062", r"about ([\d.]+) ms per step for the plain loop", calc(lambda us: us / 1e3, LADDER("plain (15 launches/step)"))),
+    Fig("11", "c062", r"own time per step, about (\d+) µs", LADDER("fused epoch (1/epoch)")),
+    Fig("11", "c062", r"kernel takes ([\d.]+) ms per epoch against", FUSED_MS_10),
+    Fig("11", "c062", r"against ([\d.]+) ms for the plain loop", PLAIN_MS_10),
+    Fig("11", "c062", r"loop: (\d+)× faster", SPEEDUP_10),
+    Fig("11", "c062", r"the host: (\d+) ms in the benchmark", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
+    Fig("11", "c062", r"it is (\d+)× faster than PyTorch", calc(lambda t, f: t / f, TORCH_S, FUSED_S)),
+    Fig("11", "c062", r"eager \((\d+) ms per epoch\)", calc(lambda t: t * 1e3, TORCH_S), tol=0.01),
+    Fig("11", "c062", r"and ([\d.]+)× faster than PyTorch's step", calc(lambda g, f: g / f, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"), FUSED_S)),
+    Fig("11", "c062", r"\((\d+) ms an epoch\),\s+the fair", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
+    Fig("11", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
+    Fig("11", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_10, FP32_MS), tol=0.05),
+    Fig("11", "c062", r"split a step into (\d+) parts", calc(lambda: sum(who != "spare" for _, _, who in CLOCK_PARTS.values()), why="course.fused.CLOCK_PARTS on the path")),
+    Fig("11", "c062", r"about (\d+) ns for a dependent", Json(FUSED, "latency_probe.l2_hit_ns")),
+    Fig("11", "c062", r"about (\d+) ns for a trip to DRAM", Json(FUSED, "latency_probe.dram_ns")),
+    Fig("11", "c062", r"take about ([\d.]+) µs for 100 multiply-adds", A_FWD),
+    Fig("11", "c062", r"\((1,875) per epoch", calc(lambda: 2 * STEPS + 1, why="two barriers a step and one after the first gather (course.fused.fused_steps_kernel)")),
+    Fig("11", "c062", r"first gather\), about ([\d.]+) µs each", Out("11", "ck3", r"barrier 1 \(last arrival to first release\)\s+([\d.]+) µs")),
+    Fig("11", "c062", r"small part of the (\d+) µs step", LADDER("fused epoch (1/epoch)")),
 ]
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -686,7 +690,7 @@ def test_update_rewrites_a_drifted_figure(tmp_path, monkeypatch):
     monkeypatch.setattr(mod, "FIGURES", [f for f in FIGURES if not isinstance(f.source, Ptxas)])
     _cells.cache_clear()
     try:
-        path = _nb_path("10")
+        path = _nb_path("11")
         good = path.read_text(encoding="utf-8")
         title = locate(FIGURES[[f.phrase for f in FIGURES].index(r"a training loop (\d+)× faster")])
         wrong = good.replace(f"a training loop {title.group(1)}× faster", "a training loop 40× faster")

@@ -106,11 +106,11 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
     assert f"test accuracy {sgd_run['epoch'][-1]['test_acc']:.4f}" in out                # course.mine.trained's line
     assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out, out
-    for name in ("07_landscape.ipynb", "10_fused.ipynb"):  # 07's and 10's last cells, the same way
+    for name in ("07_landscape.ipynb", "11_fused.ipynb"):  # 07's and 11's last cells, the same way
         cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
         mine.run_cell(dict(course=course, run=mine_run, plain_run=mine_run, plain_s=0.5), cell, f"<{name} payoff>")
     out = capsys.readouterr().out
-    assert out.count("11 of 11 pieces run your code") == 2, out  # 07 and 10: training and the surfaces, the plain loop
+    assert out.count("11 of 11 pieces run your code") == 2, out  # 07 and 11: training and the surfaces, the plain loop
     acc = f"test accuracy {mine_run['epoch'][-1]['test_acc']:.4f}"
     assert f"the network of the pictures: {acc}" in out and f"the plain loop: {acc}" in out, out
     assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out and "500.0 ms" in out, out
@@ -246,7 +246,7 @@ def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_pat
     assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
 
 
-def test_student_copies_call_use_mine_and_06_07_10_end_with_the_payoff():
+def test_student_copies_call_use_mine_and_06_07_11_end_with_the_payoff():
     for path in sorted(nbtools.EXERCISES.glob("*.ipynb")):
         cells = nbtools.read(path)["cells"]
         first = next(nbtools.source(c) for c in cells if c["cell_type"] == "code")

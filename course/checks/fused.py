@@ -1,4 +1,4 @@
-"""Checks for notebook 10's case-study exercises (a warp's sum by shuffles, the grid barrier's count)."""
+"""Checks for the exercises of notebooks 10 and 11: the grid barrier's count (10.2), a warp's sum by shuffles (11.1)."""
 import numpy as np
 from numba import cuda, float32
 
@@ -28,7 +28,7 @@ def warp_sums_ref(x):
     return np.repeat(padded.reshape(-1, WARP).sum(axis=1), WARP)[:x.size].astype(np.float32)
 
 
-@exercise("10.2", nudges=(
+@exercise("11.1", nudges=(
     "A butterfly: in each exchange every lane adds the value of a partner lane, so that after all of them every lane holds the warp's sum. How many exchanges does a warp of 32 need?",
     "The partner is the lane whose number differs in one bit: the bit's value halves from one exchange to the next, from 16 down to 1. Does every lane add, or only half of them?",
 ), more="""\
@@ -38,14 +38,14 @@ def warp_sums_ref(x):
       m //= 2
   return v""")
 def check_warp_sum(warp_sum, seed=0):
-    """Exercise 10.2: every thread gets its warp's sum, for blocks of 1-4 warps and sizes that are and are not whole
+    """Exercise 11.1: every thread gets its warp's sum, for blocks of 1-4 warps and sizes that are and are not whole
     warps and blocks."""
     rng = np.random.default_rng(seed)
     cases = []
     for n, block in ((64, 32), (100, 32), (256, 128), (300, 96), (37, 64), *on_a_gpu((2_100, MAX_THREADS))):
         x = rng.standard_normal(n).astype(np.float32)
         cases.append(dict(name=f"{n} values", grid=-(-n // block), block=block, inputs=[x], expected=warp_sums_ref(x)))
-    return run_cases("Exercise 10.2", _warp_sum_kernel(warp_sum), cases, atol=1e-5, rtol=1e-5,
+    return run_cases("Exercise 11.1", _warp_sum_kernel(warp_sum), cases, atol=1e-5, rtol=1e-5,
                      hint="look at the masks (16, 8, 4, 2, 1: five exchanges, each with lane ^ m), and at what each "
                           "exchange does: add the partner's value to your own, in every lane")
 
@@ -56,16 +56,16 @@ def _ordinal(n):
     return f"{n}{suffix}"
 
 
-@exercise("10.3", nudges=(
+@exercise("10.2", nudges=(
     "The counter only grows, across barriers and launches. At a barrier every block adds one; the block that arrives last brings it to a multiple of the number of blocks.",
     "From the count a block saw before its own add, which multiple of blocks is the one this barrier ends at? Think of the first block of the second barrier, and of the last block of the first.",
 ), more="""\
   # old: what this block's atomic add returned, the count before its own arrival
   return (old // blocks + 1) * blocks     # the next multiple of blocks above the count this block saw""")
 def check_barrier_target(barrier_target, seed=0):
-    """Exercise 10.3: a grid of `blocks` blocks meets barrier after barrier; at each, the blocks count in one at a
+    """Exercise 10.2: a grid of `blocks` blocks meets barrier after barrier; at each, the blocks count in one at a
     time in a random order, and each must wait for exactly the count at which the last one has arrived."""
-    ex = "Exercise 10.3"
+    ex = "Exercise 10.2"
     rng = np.random.default_rng(seed)
     for blocks in (1, 2, 7, 128, 132):
         start = blocks * int(rng.integers(0, 1000))      # bar[0] only grows: earlier launches' barriers

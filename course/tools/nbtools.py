@@ -303,7 +303,7 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "\"6.1\", \"6.2\"]  # what training and the surfaces ran on\n"
         "course.mine.report(pieces)\n"
         "print(course.mine.trained(run, \"the network of the pictures\", course.mine.step_pieces(\"sgd\")))"),
-    "10_fused.ipynb": (
+    "11_fused.ipynb": (
         "## Your kernels in the benchmark\n\n"
         "The plain loop timed above (`fit`, the recipe of the benchmark) ran your passing kernels wherever "
         "`course.use_mine()` in the first cell found them. Here is whose each piece was, and one line that says "
