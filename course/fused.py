@@ -263,6 +263,20 @@ def warp_sum(scr, v):
     return v
 
 
+# %% notebooks/11_fused.ipynb cell f_e4s
+# Exercise 11.2: one step of a reduce-scatter
+@cuda.jit(device=True)
+def halve(acc, half, mask, scr):
+    """One step of a warp's reduce-scatter: the lanes with bit `mask` set keep the classes acc[half:2 half], the
+    others acc[:half]; each sends the half it drops to its partner lane ^ mask and adds the half it receives.
+    Afterwards acc[:half] holds the two lanes' sums of the classes this lane keeps."""
+    upper = (cuda.threadIdx.x & mask) != 0
+    for k in range(half):                        # constant length: acc stays in registers
+        send = acc[k] if upper else acc[k + half]
+        keep = acc[k + half] if upper else acc[k]
+        acc[k] = keep + shfl_xor(scr, send, mask)
+
+
 # %% notebooks/11_fused.ipynb cell c043
 @cuda.jit(device=True)
 def tile_origin(tile, hidden):
@@ -448,18 +462,6 @@ def phase_a(data, base, w, acts, sX, sW, sP, origin, fresh_w, mbar, copies, T, i
 
 
 # %% notebooks/11_fused.ipynb cell c045
-@cuda.jit(device=True)
-def halve(acc, half, mask, scr):
-    """One step of a warp's reduce-scatter: the lanes with bit `mask` set keep the classes acc[half:2 half], the
-    others acc[:half]; each sends the half it drops to its partner lane ^ mask and adds the half it receives.
-    Afterwards acc[:half] holds the two lanes' sums of the classes this lane keeps."""
-    upper = (cuda.threadIdx.x & mask) != 0
-    for k in range(half):                        # constant length: acc stays in registers
-        send = acc[k] if upper else acc[k + half]
-        keep = acc[k + half] if upper else acc[k]
-        acc[k] = keep + shfl_xor(scr, send, mask)
-
-
 @cuda.jit(device=True)
 def warp_class_sums(acc, scr):
     """The sums of acc[c] (NC_PAD = 16 classes) over the 32 lanes of the warp, in 16 shuffles instead of 16 x 5:

@@ -1,4 +1,4 @@
-"""Notebook 10's case-study checks pass the solutions and reject planted wrong answers."""
+"""The checks of notebooks 10 and 11 (10.2, 11.1, 11.2) pass the solutions and reject planted wrong answers."""
 import pytest
 from conftest import mutant
 from numba import cuda
@@ -6,13 +6,14 @@ from numba import cuda
 import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 from course.checks import CheckFailure
 from course.checks import fused as checks
-from course.fused import warp_sum
+from course.fused import halve, warp_sum
 from course.ptx import barrier_target, shfl_xor
 
 
 def test_solutions_pass():
     checks.check_warp_sum(warp_sum)
     checks.check_barrier_target(barrier_target)
+    checks.check_halve(halve)
 
 
 def test_different_correct_answers_pass():
@@ -57,3 +58,18 @@ def test_warp_sum_check_rejects(old, new):
 def test_barrier_target_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 10.2"):
         checks.check_barrier_target(mutant(barrier_target, old, new))
+
+
+# --- Exercise 11.2: planted wrong reduce-scatter steps ---------------------------------------------------------
+@pytest.mark.parametrize("old,new", [
+    ("!= 0", "== 0"),                                                       # each lane keeps its partner's half
+    ("send = acc[k] if upper else acc[k + half]", "send = acc[k]"),         # the lower lanes send what they keep
+    ("keep = acc[k + half] if upper else acc[k]", "keep = acc[k]"),         # the upper lanes keep the lower half
+    ("acc[k] = keep + shfl_xor", "acc[k] = shfl_xor"),                      # the partner's value, not the sum
+    ("range(half)", "range(half - 1)"),                                     # the last kept class left unsummed
+    ("shfl_xor(scr, send, mask)", "shfl_xor(scr, send, half)"),             # the wrong partner
+    ("cuda.threadIdx.x & mask", "cuda.threadIdx.x & half"),                 # the wrong bit picks the half
+])
+def test_halve_check_rejects(old, new):
+    with pytest.raises(CheckFailure, match="Exercise 11.2"):
+        checks.check_halve(mutant(halve, old, new))

@@ -1,4 +1,5 @@
-"""Checks for the exercises of notebooks 10 and 11: the grid barrier's count (10.2), a warp's sum by shuffles (11.1)."""
+"""Checks for the exercises of notebooks 10 and 11: the grid barrier's count (10.2), a warp's sum by shuffles (11.1),
+one step of a reduce-scatter (11.2)."""
 import numpy as np
 from numba import cuda, float32
 
@@ -6,6 +7,7 @@ from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_
 
 WARP = 32
 SCRATCH = 1024  # the check's kernel: a shared cell per thread for the simulator's shuffles (blocks up to 1024)
+ACC = 16        # values per thread in exercise 11.2's check, as phase B's 16 classes
 
 
 def _warp_sum_kernel(warp_sum):
@@ -86,3 +88,63 @@ def check_barrier_target(barrier_target, seed=0):
                          "one barrier see old = b x blocks ... (b + 1) x blocks - 1 for some b, and all wait for "
                          "(b + 1) x blocks")
     return "5 grid sizes (1 to 132 blocks), several barriers each, blocks arriving in random orders"
+
+
+def _halve_kernel(halve):
+    """A kernel that calls the student's device function once: acc = x[i, :16], halve(acc, half, mask, scr), then
+    out[i, :half] = acc[:half], for every thread i (past the end of x, acc = 0)."""
+    @cuda.jit
+    def kernel(x, half, mask, out):
+        scr = cuda.shared.array(SCRATCH, float32)
+        acc = cuda.local.array(ACC, float32)
+        i = cuda.grid(1)
+        for k in range(ACC):
+            acc[k] = x[i, k] if i < x.shape[0] else float32(0)
+        halve(acc, half, mask, scr)
+        if i < out.shape[0]:
+            for k in range(half):
+                out[i, k] = acc[k]
+    return kernel
+
+
+
+def halve_ref(x, half, mask):
+    """One reduce-scatter step in NumPy: thread i (lane l = i % 32) and its partner i ^ mask (same warp) each keep
+    the half of acc that bit `mask` of l picks (upper: acc[half:2 half]) and add the other's values of that half."""
+    n = x.shape[0]
+    acc = np.zeros((-(-n // WARP) * WARP, ACC), np.float64)
+    acc[:n] = x
+    lanes = np.arange(acc.shape[0])
+    partner = lanes ^ mask                                   # the same warp: mask < 32
+    upper = (lanes & mask) != 0
+    keep = np.where(upper[:, None], acc[:, half:2 * half], acc[:, :half])        # (n, half)
+    got = np.where(upper[:, None], acc[partner, half:2 * half], acc[partner, :half])
+    return (keep + got)[:n].astype(np.float32)
+
+
+@exercise("11.2", nudges=(
+    "Two partner lanes hold the same classes. After the exchange one of them is responsible for the lower half of those classes and the other for the upper half; which one is decided by a single bit of the lane number.",
+    "Each lane must send exactly the half it will not keep, and must add what it receives to the half it keeps. Every lane calls the shuffle the same number of times, once per kept class.",
+), more="""\
+  upper = (cuda.threadIdx.x & mask) != 0    # this lane keeps acc[half:2 half], its partner acc[:half]
+  for k in range(half):
+      send = acc[k] if upper else acc[k + half]       # the half this lane drops goes to the partner
+      keep = acc[k + half] if upper else acc[k]
+      acc[k] = keep + shfl_xor(scr, send, mask)""")
+def check_halve(halve, seed=0):
+    """Exercise 11.2: after one halve(acc, half, mask, scr), acc[:half] holds the sums of the kept classes of each
+    lane and its partner, for the (half, mask) pairs the fused kernels use, blocks of 1-4 warps and sizes that are
+    and are not whole blocks."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for (half, mask), n, block in (((8, 16), 64, 32), ((4, 8), 100, 64), ((2, 4), 256, 128), ((1, 2), 300, 96),
+                                   ((8, 8), 37, 64), ((4, 4), 160, 32), ((2, 1), 96, 32),
+                                   *on_a_gpu(((8, 16), 2_100, MAX_THREADS))):
+        x = rng.standard_normal((n, ACC)).astype(np.float32)
+        cases.append(dict(name=f"{n} threads' values, half={half}, mask={mask}", grid=-(-n // block), block=block,
+                          unit=(1, block),   # the threads run along the rows of the output (n, half)
+                          inputs=[x, half, mask], expected=halve_ref(x, half, mask)))
+    return run_cases("Exercise 11.2", _halve_kernel(halve), cases, atol=1e-5, rtol=1e-5,
+                     hint="look at which half each lane keeps (the lane's bit `mask` set: the upper half), what it "
+                          "sends (the half it drops), and that it adds what it receives to what it keeps, for "
+                          "k < half")
