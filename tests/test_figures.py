@@ -445,19 +445,20 @@ FIGURES = [
     Fig("08", "cg10", r"\(eager\) \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
     Fig("11", "cf1", r"its ([\d.]+) µs overlap", SPARE_US),
     # --- 08 section 6: the batch-size sweep (results/scaling-h200.json) ---
-    Fig("08", "sc3", r"graph takes (\d+) µs at batch 256", STEP_US("course_plain_graph", 256)),
-    Fig("08", "sc3", r"about (\d+) times faster than both", calc(lambda a, b: min(a, b),
+    Fig("12", "sc3", r"graph takes (\d+) µs at batch 256", STEP_US("course_plain_graph", 256)),
+    Fig("12", "sc3", r"about (\d+) times faster than both", calc(lambda a, b: min(a, b),
         calc(lambda g, f: g / f, EPOCH_MS("course_plain_graph", 64), EPOCH_MS("course_fused", 64)),
         calc(lambda g, f: g / f, EPOCH_MS("pytorch_graph", 64), EPOCH_MS("course_fused", 64))), tol=0.05),
-    Fig("08", "sc3", r"to ([\d.]+) ms at batch 4096", EPOCH_MS("pytorch_graph", 4096)),
+    Fig("12", "sc3", r"to ([\d.]+) ms at batch 4096", EPOCH_MS("pytorch_graph", 4096)),
     # --- 08 section 7: the race (results/race-h200.json) ---
-    Fig("08", "rc1", r"time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
-    Fig("08", "rc1", r"first evaluation at ([\d.]+) % or more", calc(lambda t: t * 100, Json(RACE, "target"))),
-    Fig("08", "rc3", r"reaches ([\d.]+) % in a median", calc(lambda t: t * 100, Json(RACE, "target"))),
-    Fig("08", "rc3", r"in a median ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("course_"))),
-    Fig("08", "rc3", r"fastest graph in ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("pytorch_"))),
-    Fig("08", "rc3", r"([\d.]+) times sooner", calc(lambda a, b: b / a, RACE_BEST("course_"), RACE_BEST("pytorch_"))),
-    Fig("08", "rc3", r"over 3 epochs\) took (\d+) ms\.", calc(lambda: 1e3 * min(
+    Fig("12", "rc1", r"time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("12", "q000", r"wall time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("12", "rc1", r"first evaluation at ([\d.]+) % or more", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("12", "rc3", r"reaches ([\d.]+) % in a median", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("12", "rc3", r"in a median ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("course_"))),
+    Fig("12", "rc3", r"fastest graph in ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("pytorch_"))),
+    Fig("12", "rc3", r"([\d.]+) times sooner", calc(lambda a, b: b / a, RACE_BEST("course_"), RACE_BEST("pytorch_"))),
+    Fig("12", "rc3", r"over 3 epochs\) took (\d+) ms\.", calc(lambda: 1e3 * min(
         r["seconds_to_target"] for r in json.loads((RESULTS / RACE).read_text())["rows"]
         if r["stage"] == "sweep" and r["momentum"] and r["seconds_to_target"]), why="momentum's fastest sweep row")),
     # --- simulator and tool settings (no GPU run) ---

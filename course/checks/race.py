@@ -1,0 +1,76 @@
+"""Checks for notebook 12's exercise (the time to a target accuracy, from a run's log of evaluations)."""
+import numpy as np
+
+from course.checks.core import call, exercise, fail
+
+TARGET = 0.975   # the race's target (course.tools.race.TARGET)
+TEST_N = 10_000  # accuracies are counts of the 10,000 test images: k / 10000
+
+
+def time_to_target_ref(log, target):
+    """Training seconds up to and including the first (seconds, accuracy) of log whose accuracy reaches target."""
+    clock = 0.0
+    for seconds, accuracy in log:
+        clock += seconds
+        if accuracy >= target:
+            return clock
+    return None
+
+
+def _logs(rng):
+    """(name, log) cases: noisy rising accuracies of 1 to 33 evaluations, and the edge cases of the rule."""
+    def log(acc, secs=None):
+        secs = rng.uniform(0.002, 0.02, len(acc)) if secs is None else secs
+        return [(float(s), round(float(a) * TEST_N) / TEST_N) for s, a in zip(secs, acc)]
+    cases = []
+    for n in (2, 7, 16, 33):
+        rise = np.linspace(0.90, 0.985, n) + rng.normal(0, 0.004, n)      # noisy: it can dip after reaching
+        cases.append((f"a log of {n} evaluations, accuracies rising with noise", log(np.clip(rise, 0, 1))))
+    cases += [
+        ("a log that reaches exactly the target, then falls below it",
+         log([0.95, 0.97, TARGET, 0.974, 0.981])),
+        ("a log whose best accuracy comes after its first one at the target",
+         log([0.96, 0.976, 0.972, 0.989])),
+        ("a log that never reaches the target", log([0.90, 0.95, 0.9749, 0.97])),
+        ("a log that reaches the target at its first evaluation", log([0.98, 0.99])),
+        ("a log of one evaluation, below the target", log([0.5])),
+        ("an empty log (a run that never evaluated)", []),
+    ]
+    return cases
+
+
+@exercise("12.1", nudges=(
+    "The clock runs only while the network trains: the answer adds up the seconds of the intervals, in order, up to a point. Which evaluation is that point?",
+    "A run stops at the first evaluation that reaches the target, even if a later one is higher; reaching means at least the target. What does a run that never gets there return?",
+), more="""\
+  clock = 0.0
+  for seconds, accuracy in log:       # in the order they happened
+      clock += seconds                # this interval's training counts, the evaluation after it does not
+      if accuracy >= target:          # the first to reach it: the run stops here
+          return clock
+  return None                         # never reached""")
+def check_time_to_target(time_to_target, seed=0):
+    """Exercise 12.1: logs of random lengths with noisy accuracies, and the rule's edge cases (exactly the target, a
+    better evaluation later, never, at once, an empty log)."""
+    ex = "Exercise 12.1"
+    rng = np.random.default_rng(seed)
+    cases = _logs(rng)
+    for name, log in cases:
+        given = list(log)
+        got = call(ex, f"with {name}", time_to_target, given, TARGET)
+        want = time_to_target_ref(log, TARGET)
+        if given != log:
+            fail(ex, f"with {name}", "the function changed the log it was given",
+                 "read the log, do not modify it")
+        if want is None:
+            if got is not None:
+                fail(ex, f"with {name}", f"expected None (no evaluation reaches {TARGET}), got {got!r}",
+                     "a run that never reaches the target has no time to it: return None, not a number")
+            continue
+        if got is None or not isinstance(got, (int, float, np.floating)) or not np.isclose(got, want, rtol=1e-9):
+            first = next(i for i, (_, a) in enumerate(log) if a >= TARGET)
+            fail(ex, f"with {name}", f"expected {want!r} s (the training seconds of evaluations 1 to {first + 1}, "
+                 f"the first at {TARGET} or more), got {got!r}",
+                 "add the seconds of each interval in order, up to and including the first evaluation whose accuracy "
+                 "is at least the target; later evaluations do not count")
+    return f"{len(cases)} logs (0 to 33 evaluations: noisy, exactly at the target, a better one later, never, at once)"

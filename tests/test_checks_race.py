@@ -1,0 +1,37 @@
+"""Notebook 12's check (exercise 12.1, the time to a target accuracy) passes the solution and rejects planted bugs."""
+import itertools
+
+import pytest
+from conftest import mutant
+
+import course  # noqa: F401
+from course.checks import CheckFailure
+from course.checks import race as checks
+from course.race import time_to_target
+
+
+def test_solution_passes():
+    checks.check_time_to_target(time_to_target)
+
+
+def test_a_different_correct_answer_passes():
+    def time_to_target_accumulate(log, target):
+        """The clock as a running sum, then the first evaluation at the target."""
+        clocks = itertools.accumulate(s for s, _ in log)
+        return next((c for c, (_, a) in zip(clocks, log) if a >= target), None)
+    checks.check_time_to_target(time_to_target_accumulate)
+
+
+@pytest.mark.parametrize("old,new", [
+    ("accuracy >= target", "accuracy > target"),                  # exactly the target does not count
+    ("return clock", "return seconds"),                           # the last interval, not the total
+    ("return None", "return 0.0"),                                # never reached, but a time
+    ("return None", "return clock"),                              # never reached: the whole run's time
+    ("clock += seconds\n        if accuracy >= target:\n            return clock",
+     "if accuracy >= target:\n            return clock\n        clock += seconds"),   # the hit interval left out
+    ("clock = 0.0", "clock = 0.0\n    log = sorted(log, key=lambda e: -e[1])"),    # the best evaluation, not the first
+    ("clock += seconds", "clock = seconds"),                       # no running sum
+])
+def test_check_rejects(old, new):
+    with pytest.raises(CheckFailure, match="Exercise 12.1"):
+        checks.check_time_to_target(mutant(time_to_target, old, new))
