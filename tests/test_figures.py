@@ -345,6 +345,7 @@ FIGURES = [
     Fig("02", "c000", r"\(([\d.]+) MFLOP\)", calc(lambda: 2 * 64 * 784 * 128 / 1e6, why="2·B·784·H")),
     Fig("02", "c011", r"\(the GPU's HBM:\s+([\d.]+) TB/s", Spec("h200_hbm_tbs")),
     Fig("02", "c011", r"some (20)× lower latency", Spec("smem_over_global_latency")),
+    Fig("02", "c011", r"load from DRAM at about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
     Fig("02", "c024", r"about\s+(67) TFLOP/s in plain FP32", Spec("h200_fp32_tflops")),
     Fig("02", "c024", r"cuBLAS reaches about (\d+) TFLOP/s", LADDER_TF("cuBLAS")),
     Fig("02", "c024", r"about (495) TFLOP/s in TF32", Spec("h200_tf32_dense_tflops"), tol=0.01),
