@@ -32,7 +32,7 @@ def run_bench(args):
 
 def run_race(args):
     device_ready()
-    from .tools.race import run  # written with notebook 11
+    from .tools.race import run  # written with notebook 12
 
     def error(message):
         raise CommandError(message)
@@ -81,13 +81,13 @@ def parser():
     sub.add_parser("doctor", help="check Python, the packages, the driver and the GPU: one line with its fix per "
                                   "problem, exit code 1 if there is any").set_defaults(run=run_doctor)
     cli_train.add_parser(sub)
-    b = sub.add_parser("bench", help="time one epoch of the same model through every implementation (notebooks 08-11)")
+    b = sub.add_parser("bench", help="time one epoch of the same model through every implementation (notebooks 08-12)")
     b.add_argument("--quick", action="store_true", help="a tiny run that checks the pipeline (works in the simulator)")
     b.add_argument("--out", type=output_file, default=None, help="write the results as JSON to this file")
     b.set_defaults(run=run_bench)
     from .tools import race
     r = sub.add_parser("race", help="time to a test accuracy: the course's fastest loop against PyTorch's, each "
-                                    "after the same sweep (notebook 11)")
+                                    "after the same sweep (notebook 12)")
     r.add_argument("--quick", action="store_true", help="a tiny run that checks the pipeline (works in the simulator)")
     r.add_argument("--target", type=float, default=race.TARGET, help=f"test accuracy to reach (default {race.TARGET})")
     r.add_argument("--seeds", type=positive_int, default=race.SEEDS, help=f"seeds of each final row (default {race.SEEDS})")

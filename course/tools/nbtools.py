@@ -305,7 +305,7 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "print(course.mine.trained(run, \"the network of the pictures\", course.mine.step_pieces(\"sgd\")))"),
     "11_fused.ipynb": (
         "## Your kernels in the benchmark\n\n"
-        "The plain loop timed above (`fit`, the recipe of the benchmark) ran your passing kernels wherever "
+        "The plain loop timed above (`fit`, notebook 06's recipe) ran your passing kernels wherever "
         "`course.use_mine()` in the first cell found them. Here is whose each piece was, and one line that says "
         "whose kernels trained that run, where, and at which sizes (without a GPU the notebook's sizes are small: "
         "the line says so).",
