@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Issue 11 on a GPU: a simulated student does every exercise of 01-10 (their solutions typed into the exercise
+# Issue 11 on a GPU: a simulated student does every exercise of 01-12 (their solutions typed into the exercise
 # cells, each check run, so each passing one is saved by course.mine), then `python -m course train --mine` trains
 # the 784-128-10 MLP for 10 epochs on their kernels. Fails unless every piece the trainer runs is the student's and
-# the test accuracy is >= 0.974. Writes notebooks/results/mine-<gpu>.json (default name mine-h200.json).
+# the test accuracy is >= 0.974. Then the fused epoch kernel (notebook 11) trains 10 epochs on the student's halve
+# (exercise 11.2), to the same bar. Writes notebooks/results/mine-<gpu>.json (default name mine-h200.json).
 #   usage: scripts/mine_gpu.sh [OUT_JSON]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +20,16 @@ assert theirs == sorted(r["mine"]), f"not every piece is the student's: {r['mine
 assert r["test_accuracy"] >= 0.974, f"test accuracy {r['test_accuracy']:.4f} < 0.974"
 print(f"OK: {len(theirs)} of {len(r['mine'])} trainer pieces were the student's; "
       f"test accuracy {r['test_accuracy']:.4f} >= 0.974 on {r['device']['name']}")
+PY
+python3 - <<'PY'
+from course import mine
+import course.fused as fused
+from course.data import load_mnist
+st = mine.use_mine(["11.2"], quiet=True)
+assert st["11.2"][1] == "yours", st
+assert fused.halve.py_func.__code__.co_filename.endswith("ex_11_2.py"), fused.halve
+run = fused.fit_fused(*load_mnist(), mode="epoch", hidden=128, epochs=10, batch_size=64, lr=0.1, seed=0, progress=False)
+acc = run["epoch"][-1]["test_acc"]
+assert acc >= 0.974, f"test accuracy {acc:.4f} < 0.974"
+print(f"OK: the fused epoch kernel on the student's halve (exercise 11.2): test accuracy {acc:.4f}")
 PY

@@ -108,11 +108,13 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out, out
     for name in ("07_landscape.ipynb", "11_fused.ipynb"):  # 07's and 11's last cells, the same way
         cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
-        mine.run_cell(dict(course=course, run=mine_run, plain_run=mine_run, plain_s=0.5), cell, f"<{name} payoff>")
+        mine.run_cell(dict(course=course, run=mine_run, plain_run=mine_run, fused_run=mine_run, plain_s=0.5), cell,
+                      f"<{name} payoff>")
     out = capsys.readouterr().out
     assert out.count("11 of 11 pieces run your code") == 2, out  # 07 and 11: training and the surfaces, the plain loop
     acc = f"test accuracy {mine_run['epoch'][-1]['test_acc']:.4f}"
     assert f"the network of the pictures: {acc}" in out and f"the plain loop: {acc}" in out, out
+    assert f"the fused epoch kernel: {acc}, its reduce-scatter steps (halve) on the course's kernels" in out, out
     assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out and "500.0 ms" in out, out
     mine.use_course()
     module, attr = mine._target("2.3")
@@ -343,3 +345,35 @@ def test_only_a_solution_with_the_course_s_signature_replaces_it(tmp_path, monke
     mine.run_cell(ns, cell, "<07 cell, fixed>")
     check_project_to_plane(ns["project_to_plane"])
     assert whose(mine.status(["7.2"])) == {"7.2": "yours"}
+
+
+@pytest.mark.slow
+def test_a_passing_halve_runs_in_the_fused_epoch_kernel(tmp_path, monkeypatch):
+    """Exercise 11.2 joins use_mine(): the passing halve is saved, use_mine() puts it into course.fused, the fused
+    epoch kernel trains with it (the same losses and parameters as the course's own), and use_course() takes it out."""
+    from numba import cuda
+
+    import course.fused as fused
+    from course.checks.fused import check_halve
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    X, y, Xt, yt = tiny_data()
+    setup = dict(hidden=8, epochs=1, batch_size=16, lr=0.5, mode="epoch", progress=False)
+    ref = fused.fit_fused(X, y, Xt, yt, **setup)
+    original = fused.halve
+    cells = nbtools.read(nbtools.NOTEBOOKS / "11_fused.ipynb")["cells"]
+    cell = nbtools._strip(next(nbtools.source(c) for c in cells
+                               if c["cell_type"] == "code" and "# Exercise 11.2" in nbtools.source(c)))
+    ns = {"__name__": "__main__", "cuda": cuda, "shfl_xor": fused.shfl_xor}   # what the notebook imported before
+    mine.run_cell(ns, cell, "<11 cell>")
+    check_halve(ns["halve"])
+    try:
+        assert whose(mine.use_mine(["11.2"], quiet=True)) == {"11.2": "yours"}
+        assert fused.halve is not original
+        assert getattr(fused.halve, "py_func", fused.halve).__code__.co_filename == str(tmp_path / "mine" / "ex_11_2.py")
+        got = fused.fit_fused(X, y, Xt, yt, **setup)
+    finally:
+        mine.use_course()
+    assert fused.halve is original
+    assert np.allclose(got["loss"], ref["loss"], atol=1e-6) and len(got["loss"]) == 2
+    for k in ("W1", "b1", "W2", "b2"):
+        assert np.allclose(got["params"][k].copy_to_host(), ref["params"][k].copy_to_host(), atol=1e-6), k

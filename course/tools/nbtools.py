@@ -304,16 +304,20 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "course.mine.report(pieces)\n"
         "print(course.mine.trained(run, \"the network of the pictures\", course.mine.step_pieces(\"sgd\")))"),
     "11_fused.ipynb": (
-        "## Your kernels in the benchmark\n\n"
+        "## Your kernels, plain and fused\n\n"
         "The plain loop timed above (`fit`, notebook 06's recipe) ran your passing kernels wherever "
-        "`course.use_mine()` in the first cell found them. Here is whose each piece was, and one line that says "
-        "whose kernels trained that run, where, and at which sizes (without a GPU the notebook's sizes are small: "
-        "the line says so).",
+        "`course.use_mine()` in the first cell found them, and the fused epoch kernel (`fit_fused`) ran your `halve` "
+        "(exercise 11.2) if it had passed then (a pass in this session counts from the next run of the notebook). "
+        "Here is whose each piece was, and one line per run that says whose kernels trained it, where, and at which "
+        "sizes (without a GPU the notebook's sizes are small: the line says so).",
         "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
         "\"6.1\", \"6.2\"]  # what fit() ran\n"
         "course.mine.report(pieces)\n"
         "print(course.mine.trained(plain_run, \"the plain loop\", course.mine.step_pieces(\"sgd\")))\n"
-        "print(\"its epoch:\", course.timing.label(f\"{plain_s * 1e3:.1f} ms\"))"),
+        "print(\"its epoch:\", course.timing.label(f\"{plain_s * 1e3:.1f} ms\"))\n"
+        "course.mine.report([\"11.2\"])  # the fused epoch kernel's piece of yours: its reduce-scatter step\n"
+        "print(f\"the fused epoch kernel: test accuracy {fused_run['epoch'][-1]['test_acc']:.4f}, its reduce-scatter \"\n"
+        "      f\"steps (halve) on {course.mine.whose(['11.2'])}\")"),
 }
 
 
