@@ -483,7 +483,7 @@ FIGURES = [
     Fig(README, "", r"the plain loop drops from (\d+) ms", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
     Fig(README, "", r"ms to (\d+) ms per epoch when its launches", calc(lambda s: s * 1e3,
         Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
-    # --- 08-10 after the split (issue 28) ---
+    # --- 08-12 after the splits (issue 28) ---
     Fig("08", "c010", r"peaks at about (\d+) GB/s", Out("08", "c011", r"16384 KiB\s+host → device:\s+[\d.]+ µs \(\s*([\d.]+) GB/s")),
     Fig("09", "cm1", r"load from DRAM takes about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
     Fig("10", "p_t2", r"save about (\d+) µs", calc(lambda a, b: a - b, Out("10", "p_tc", r"plain \(15 launches/step\)\s+([\d.]+) µs"),
