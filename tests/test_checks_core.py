@@ -221,7 +221,7 @@ def test_hint_climbs_the_ladder_and_shows_code_only_when_asked_by_level(capsys, 
     for _ in range(4):  # asking again and again never reaches the answer
         hint("2.1")
         shown.append(capsys.readouterr().out)
-    assert "nudge 1 of 2 (level 3: the answer)" in shown[0] and "nudge 2 of 2" in shown[1] and "level=3" in shown[1]
+    assert "nudge 1 of 2 (then level 3: the answer's code)" in shown[0] and "nudge 2 of 2" in shown[1] and "level=3" in shown[1]
     assert not any(answer in out for out in shown)
     assert shown[0] != shown[1]
     hint("2.1", level=3)

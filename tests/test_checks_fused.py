@@ -1,7 +1,7 @@
 """The checks of notebooks 10 and 11 (10.2, 11.1, 11.2) pass the solutions and reject planted wrong answers."""
 import pytest
 from conftest import mutant
-from numba import cuda
+from numba import cuda, float32
 
 import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 from course.checks import CheckFailure
@@ -73,3 +73,21 @@ def test_barrier_target_check_rejects(old, new):
 def test_halve_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 11.2"):
         checks.check_halve(mutant(halve, old, new))
+
+
+def test_warp_sum_check_rejects_a_sum_through_shared_memory_that_a_second_call_overwrites():
+    """A student's answer without shuffles (a fresh student's, issue 28): each lane writes scr, one barrier, then
+    sums its warp's 32 cells. Called once it is right; called twice in a row, the second call's writes land while
+    other lanes still read the first's."""
+    @cuda.jit(device=True)
+    def warp_sum_scr(scr, v):
+        t = cuda.threadIdx.x
+        scr[t] = v
+        cuda.syncthreads()
+        base = (t // 32) * 32
+        s = float32(0)
+        for k in range(32):
+            s += scr[base + k]
+        return s
+    with pytest.raises(CheckFailure, match="Exercise 11.1"):
+        checks.check_warp_sum(warp_sum_scr)

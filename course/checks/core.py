@@ -88,7 +88,7 @@ def hint_text(key, level=None):
                 f"(hint('{key}')).\n{HINTS[key]}")
     more = (f"Next: hint('{key}') for another nudge." if level < len(nudges) else
             f"That was the last nudge: hint('{key}', level={last}) shows the answer's code.")
-    head = f"Exercise {key}, nudge {level} of {len(nudges)} (level {last}: the answer)"
+    head = f"Exercise {key}, nudge {level} of {len(nudges)} (then level {last}: the answer's code)"
     return f"{head}:\n  {nudges[level - 1]}\n  {more}"
 
 

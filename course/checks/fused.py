@@ -11,15 +11,19 @@ ACC = 16        # values per thread in exercise 11.2's check, as phase B's 16 cl
 
 
 def _warp_sum_kernel(warp_sum):
-    """A kernel that calls the student's device function: out[i] = warp_sum(scr, x[i]) for every thread."""
+    """A kernel that calls the student's device function twice in a row: out[i] = warp_sum(scr,
+    x[i]), then out2[i] = warp_sum(scr, 1 - 2 x[i]), for every thread (a sum through scr that a second call
+    overwrites too early fails the second)."""
     @cuda.jit
-    def kernel(x, out):
+    def kernel(x, out, out2):
         scr = cuda.shared.array(SCRATCH, float32)
         i = cuda.grid(1)
         v = x[i] if i < x.shape[0] else float32(0)   # every lane takes part, past the end with a 0
         s = warp_sum(scr, v)
+        s2 = warp_sum(scr, float32(1) - float32(2) * v if i < x.shape[0] else float32(0))
         if i < out.shape[0]:
             out[i] = s
+            out2[i] = s2
     return kernel
 
 
@@ -46,10 +50,13 @@ def check_warp_sum(warp_sum, seed=0):
     cases = []
     for n, block in ((64, 32), (100, 32), (256, 128), (300, 96), (37, 64), *on_a_gpu((2_100, MAX_THREADS))):
         x = rng.standard_normal(n).astype(np.float32)
-        cases.append(dict(name=f"{n} values", grid=-(-n // block), block=block, inputs=[x], expected=warp_sums_ref(x)))
+        cases.append(dict(name=f"{n} values", grid=-(-n // block), block=block, inputs=[x],
+                          expected=(warp_sums_ref(x), warp_sums_ref(np.float32(1) - np.float32(2) * x))))
     return run_cases("Exercise 11.1", _warp_sum_kernel(warp_sum), cases, atol=1e-5, rtol=1e-5,
                      hint="look at the masks (16, 8, 4, 2, 1: five exchanges, each with lane ^ m), and at what each "
-                          "exchange does: add the partner's value to your own, in every lane")
+                          "exchange does: add the partner's value to your own, in every lane; output 2 is a second "
+                          "call right after the first: a sum through scr must not be overwritten before every lane "
+                          "has read it")
 
 
 def _ordinal(n):
@@ -76,17 +83,19 @@ def check_barrier_target(barrier_target, seed=0):
             for arrival, block in enumerate(rng.permutation(blocks)):
                 old = count                              # what the atomic add returns to this block
                 count += 1
-                case = (f"with {blocks} blocks, at a launch's barrier {barrier + 1}: block {block} arrived "
-                        f"{_ordinal(arrival + 1)} of {blocks} (the count was {old} before its add)")
+                case = (f"with {blocks} block{'s' if blocks > 1 else ''}, at barrier {barrier + 1} of a launch: "
+                        f"block {block} arrived {_ordinal(arrival + 1)} of {blocks} (the count was {old} before "
+                        "its add)")
                 got = call(ex, case, barrier_target, old, blocks)
                 want = start + (barrier + 1) * blocks
                 if got is None or int(got) != want:
-                    why = ("it would be released before the last block arrived (a race)" if got is not None
-                           and int(got) < want else "it would wait past this barrier's last arrival (a deadlock)")
+                    why = ("it returned None: return the count" if got is None else
+                           "it would be released before the last block arrived (a race)" if int(got) < want else
+                           "it would wait past this barrier's last arrival (a deadlock)")
                     fail(ex, case, f"expected to wait for the count {want}, got {got!r}: {why}",
-                         "the count only grows (launch after launch), by one per block at each barrier: the blocks of "
-                         "one barrier see old = b x blocks ... (b + 1) x blocks - 1 for some b, and all wait for "
-                         "(b + 1) x blocks")
+                         "the count only grows (launch after launch), by one per block at each barrier, so between "
+                         "two barriers it is a multiple of blocks. Which multiple have all the blocks of THIS "
+                         "barrier reached, given the count one of them saw?")
     return "5 grid sizes (1 to 132 blocks), several barriers each, blocks arriving in random orders"
 
 
