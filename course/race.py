@@ -15,3 +15,14 @@ def time_to_target(log, target):
         if accuracy >= target:
             return clock
     return None
+
+
+# %% notebooks/12_race.ipynb cell r_e2s
+# Exercise 12.2: a recipe's time over seeds
+def recipe_time(times):
+    """The median of the seeds' times to the target, or None if any seed missed it (or there are none)."""
+    if not times or any(t is None for t in times):
+        return None
+    s = sorted(times)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

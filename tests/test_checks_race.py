@@ -7,7 +7,7 @@ from conftest import mutant
 import course  # noqa: F401
 from course.checks import CheckFailure
 from course.checks import race as checks
-from course.race import time_to_target
+from course.race import recipe_time, time_to_target
 
 
 def test_solution_passes():
@@ -35,3 +35,28 @@ def test_a_different_correct_answer_passes():
 def test_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 12.1"):
         checks.check_time_to_target(mutant(time_to_target, old, new))
+
+
+def test_recipe_time_solution_and_a_different_correct_answer_pass():
+    import statistics
+    checks.check_recipe_time(recipe_time)
+
+    def recipe_time_statistics(times):
+        """statistics.median, after the misses are ruled out."""
+        return None if not times or None in times else statistics.median(times)
+    checks.check_recipe_time(recipe_time_statistics)
+
+
+@pytest.mark.parametrize("old,new", [
+    ("if not times or any(t is None for t in times):\n        return None",
+     "times = [t for t in times if t is not None]\n    if not times:\n        return None"),   # the misses dropped
+    ("return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2", "return s[0]"),       # the best seed
+    ("return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2", "return sum(s) / n"),  # the mean
+    ("return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2", "return s[n // 2]"),   # the upper middle
+    ("s = sorted(times)", "s = times"),                                                         # not sorted
+    ("s = sorted(times)", "times.sort()\n    s = times"),                                       # sorted in place
+    ("        return None", "        return 0.0"),                                              # a miss as a time
+])
+def test_recipe_time_check_rejects(old, new):
+    with pytest.raises(CheckFailure, match="Exercise 12.2"):
+        checks.check_recipe_time(mutant(recipe_time, old, new))

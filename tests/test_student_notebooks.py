@@ -114,9 +114,9 @@ def test_student_copy_with_solutions_refuses_a_missing_solution(tmp_path, monkey
         nbtools.student_copy_with_solutions("09_x.ipynb")
 
 
-def test_bench_table_shows_in_the_student_copy_of_08():
-    """08's benchmark cell finds notebooks/results/bench-h200.json when run from notebooks/exercises/."""
-    cells = nbformat.read(nbtools.EXERCISES / "08_time.ipynb", as_version=4).cells
+def test_bench_table_shows_in_the_student_copy_of_12():
+    """12's benchmark cell finds notebooks/results/bench-h200.json when run from notebooks/exercises/."""
+    cells = nbformat.read(nbtools.EXERCISES / "12_race.ipynb", as_version=4).cells
     bench = next(c for c in cells if c.cell_type == "code" and "bench-h200.json" in c.source)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import json\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nimport course\n"

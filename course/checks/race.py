@@ -74,3 +74,51 @@ def check_time_to_target(time_to_target, seed=0):
                  "add the seconds of each interval in order, up to and including the first evaluation whose accuracy "
                  "is at least the target; later evaluations do not count")
     return f"{len(cases)} logs (0 to 33 evaluations: noisy, exactly at the target, a better one later, never, at once)"
+
+
+def recipe_time_ref(times):
+    """The median of the seeds' times to the target, or None if any seed missed it (or there are none)."""
+    if not times or any(t is None for t in times):
+        return None
+    return float(np.median(times))
+
+
+@exercise("12.2", nudges=(
+    "A recipe that reached the target with only some of its seeds has not shown that it reaches it: what should its time be then?",
+    "With every seed there, the middle of the sorted times is the answer; with an even number of seeds there are two middles.",
+), more="""\
+  if not times or any(t is None for t in times):   # a seed that missed: the recipe has no time
+      return None
+  s = sorted(times)
+  n = len(s)
+  return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2""")
+def check_recipe_time(recipe_time, seed=0):
+    """Exercise 12.2: random seeds' times (odd and even numbers of seeds, in random order), some with a seed that
+    missed, all missing, one seed, none."""
+    ex = "Exercise 12.2"
+    rng = np.random.default_rng(seed)
+    cases = []
+    for n in (1, 2, 3, 4, 5, 6, 7):
+        times = [float(t) for t in rng.uniform(0.02, 0.3, n)]
+        cases.append((f"{n} seed{'s' if n > 1 else ''} that all reached the target", times))
+    for n in (2, 5):
+        times = [float(t) for t in rng.uniform(0.02, 0.3, n)]
+        times[int(rng.integers(0, n))] = None
+        cases.append((f"{n} seeds, one of which missed the target", times))
+    cases += [("3 seeds that all missed", [None, None, None]), ("no seeds", [])]
+    for name, times in cases:
+        given = list(times)
+        got = call(ex, f"with {name}", recipe_time, given, hint="read the error: it names the line that raised")
+        want = recipe_time_ref(times)
+        if given != times:
+            fail(ex, f"with {name}", "the function changed the list it was given", "read the times, do not sort them "
+                 "in place (sorted() makes a new list)")
+        if want is None:
+            if got is not None:
+                fail(ex, f"with {name} ({times})", f"expected None, got {got!r}",
+                     "a recipe has a time only when every one of its seeds reached the target")
+            continue
+        if got is None or not isinstance(got, (int, float, np.floating)) or not np.isclose(got, want, rtol=1e-12):
+            fail(ex, f"with {name} ({times})", f"expected {want!r} (the median), got {got!r}",
+                 "the median: the middle of the sorted times, or the mean of the two middles for an even number")
+    return f"{len(cases)} lists of seeds' times (1 to 7 seeds, odd and even, some missing, none)"
