@@ -39,6 +39,24 @@ def _logs(rng):
     return cases
 
 
+def _unchanged(ex, case, given, original, hint):
+    """Fail if the student's function changed the list it was given."""
+    __tracebackhide__ = True
+    if given != original:
+        fail(ex, case, "the function changed the list it was given", hint)
+
+
+def _compare(ex, case, got, want, rtol, why_none, what, hint):
+    """Fail unless got is None where want is None (why_none: why), else a number within rtol of want (what: what
+    that number is; hint: how to get it)."""
+    __tracebackhide__ = True
+    if want is None:
+        if got is not None:
+            fail(ex, case, f"expected None, got {got!r}", why_none)
+    elif got is None or not isinstance(got, (int, float, np.floating)) or not np.isclose(got, want, rtol=rtol):
+        fail(ex, case, f"expected {want!r} {what}, got {got!r}", hint)
+
+
 @exercise("12.1", nudges=(
     "The clock runs only while the network trains: the answer adds up the seconds of the intervals, in order, up to a point. Which evaluation is that point?",
     "A run stops at the first evaluation that reaches the target, even if a later one is higher; reaching means at least the target. What does a run that never gets there return?",
@@ -58,19 +76,11 @@ def check_time_to_target(time_to_target, seed=0):
     for name, log in cases:
         given = list(log)
         got = call(ex, f"with {name}", time_to_target, given, TARGET)
-        want = time_to_target_ref(log, TARGET)
-        if given != log:
-            fail(ex, f"with {name}", "the function changed the log it was given",
-                 "read the log, do not modify it")
-        if want is None:
-            if got is not None:
-                fail(ex, f"with {name}", f"expected None (no evaluation reaches {TARGET}), got {got!r}",
-                     "a run that never reaches the target has no time to it: return None, not a number")
-            continue
-        if got is None or not isinstance(got, (int, float, np.floating)) or not np.isclose(got, want, rtol=1e-9):
-            first = next(i for i, (_, a) in enumerate(log) if a >= TARGET)
-            fail(ex, f"with {name}", f"expected {want!r} s (the training seconds of evaluations 1 to {first + 1}, "
-                 f"the first at {TARGET} or more), got {got!r}",
+        _unchanged(ex, f"with {name}", given, log, "read the log, do not modify it")
+        first = next((i for i, (_, a) in enumerate(log) if a >= TARGET), None)
+        _compare(ex, f"with {name}", got, time_to_target_ref(log, TARGET), 1e-9,
+                 f"no evaluation reaches {TARGET}: a run that never reaches the target has no time to it",
+                 f"(the training seconds of evaluations 1 to {(first or 0) + 1}, the first at {TARGET} or more)",
                  "add the seconds of each interval in order, up to and including the first evaluation whose accuracy "
                  "is at least the target; later evaluations do not count")
     return f"{len(cases)} logs (0 to 33 evaluations: noisy, exactly at the target, a better one later, never, at once)"
@@ -108,17 +118,10 @@ def check_recipe_time(recipe_time, seed=0):
     cases += [("3 seeds that all missed", [None, None, None]), ("no seeds", [])]
     for name, times in cases:
         given = list(times)
-        got = call(ex, f"with {name}", recipe_time, given, hint="read the error: it names the line that raised")
-        want = recipe_time_ref(times)
-        if given != times:
-            fail(ex, f"with {name}", "the function changed the list it was given", "read the times, do not sort them "
-                 "in place (sorted() makes a new list)")
-        if want is None:
-            if got is not None:
-                fail(ex, f"with {name} ({times})", f"expected None, got {got!r}",
-                     "a recipe has a time only when every one of its seeds reached the target")
-            continue
-        if got is None or not isinstance(got, (int, float, np.floating)) or not np.isclose(got, want, rtol=1e-12):
-            fail(ex, f"with {name} ({times})", f"expected {want!r} (the median), got {got!r}",
+        got = call(ex, f"with {name}", recipe_time, given)
+        _unchanged(ex, f"with {name}", given, times, "read the times, do not sort them in place (sorted() makes a "
+                   "new list)")
+        _compare(ex, f"with {name} ({times})", got, recipe_time_ref(times), 1e-12,
+                 "a recipe has a time only when every one of its seeds reached the target", "(the median)",
                  "the median: the middle of the sorted times, or the mean of the two middles for an even number")
     return f"{len(cases)} lists of seeds' times (1 to 7 seeds, odd and even, some missing, none)"
