@@ -1182,6 +1182,7 @@ MILESTONES = {   # the ladder: name -> (what changes from the rung below, FusedT
 EPOCHS_TIMED = 3   # ladder: ms per epoch, the median of this many epochs
 
 
+# %% notebooks/11_fused.ipynb cell fl2-2
 def ladder(X, y, perm, hidden, batch_size, lr, seed=0, milestones=MILESTONES):
     """Print each milestone's max |difference| to sgd_epoch_ref after one epoch and its ms per epoch; returns them."""
     X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
@@ -1228,6 +1229,7 @@ CLOCK_PARTS = {    # name: (from point, to point, blocks measured); "tiles": blo
 }
 
 
+# %% notebooks/11_fused.ipynb cell ck2-2
 def clock_report(T, ntiles, batch_size, skip=10, parts=CLOCK_PARTS):
     """Microseconds of each part of a step from timed_epoch's clocks T (steps, blocks, NPOINTS): for each part the
     slowest block of those doing it, then the median over the steps (the first `skip` and the last left out);

@@ -1,6 +1,8 @@
 """Budgets a reader can keep (issue 28): every notebook at most ~4,000 words of markdown, no markdown cell over ~600
 words, no code cell over ~60 lines unless it holds a single function or class (one device function in its own cell,
 where it is taught). Words: whitespace-separated tokens of a markdown cell's source; lines: a code cell's source lines.
+What a first reading meets is bounded too: the code left visible, outside the cells tagged `reference`, whose source
+JupyterLab shows collapsed (course.tools.nbtools.collapse_reference), at most what 01-07 show.
 
 A few cells of notebooks 01-07 were over the budget when it was set; they are pinned at their size (OVER), so they
 cannot grow, and the test fails once one fits (then it leaves the list)."""
@@ -13,6 +15,7 @@ from course.tools import nbtools
 NOTEBOOK_WORDS = 4100   # ~4,000 words of markdown per notebook
 CELL_WORDS = 620        # ~600 words per markdown cell
 CODE_LINES = 65         # ~60 lines per code cell
+VISIBLE_LINES = 650     # code lines a first reading meets (01-07: 220 to 636)
 OVER = {  # (notebook, cell id): its lines when the budget was set (2026-12-02), a code cell of several definitions
     ("01_data", "c013"): 83,
     ("01_data", "c017"): 141,
@@ -65,3 +68,41 @@ def test_code_cells_fit_the_budget(name):
 def test_the_pinned_cells_exist():
     ids = {(name, c.get("id")) for name in NOTEBOOKS for c in cells(name)}
     assert set(OVER) <= ids, set(OVER) - ids
+
+
+def hidden(cell):
+    return bool(cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"))
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_the_visible_code_fits_a_first_reading(name):
+    code = [c for c in cells(name) if c["cell_type"] == "code"]
+    visible = sum(len(nbtools.source(c).splitlines()) for c in code if not hidden(c))
+    assert visible <= VISIBLE_LINES, (f"{name}: {visible} lines of visible code (budget {VISIBLE_LINES}): tag "
+                                      f"reference cells `{nbtools.REFERENCE}`")
+    for c in code:
+        assert hidden(c) == (nbtools.REFERENCE in c["metadata"].get("tags", [])), (
+            f"{name} cell {c['id']}: collapsed without the `{nbtools.REFERENCE}` tag, or tagged and shown: run "
+            "`python -m course export`")
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_the_student_copy_collapses_the_same_cells(name):
+    solution = {c["id"] for c in cells(name) if hidden(c)}
+    student = {c["id"] for c in nbtools.read(nbtools.EXERCISES / f"{name}.ipynb")["cells"] if hidden(c)}
+    assert student == solution
+
+
+def test_only_exported_code_without_output_is_collapsed():
+    cell = dict(cell_type="code", id="x", metadata={"tags": [nbtools.REFERENCE]}, outputs=[],
+                source="#| export fused\ndef f():\n    return 1")
+    nbtools.collapse_reference(cell, "x")
+    assert cell["metadata"]["jupyter"] == {"source_hidden": True}
+    cell["metadata"]["tags"] = []
+    nbtools.collapse_reference(cell, "x")
+    assert "jupyter" not in cell["metadata"]
+    for bad in (dict(cell, source="print(1)"), dict(cell, outputs=[{"output_type": "stream", "text": "1"}]),
+                dict(cell, source="#| export fused\n# Exercise 1.1: f\n### BEGIN SOLUTION\n### END SOLUTION")):
+        bad = dict(bad, metadata={"tags": [nbtools.REFERENCE]})
+        with pytest.raises(ValueError, match="only an exported code cell"):
+            nbtools.collapse_reference(bad, "x")

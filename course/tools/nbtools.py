@@ -25,6 +25,7 @@ DIRECTIVE_RE = re.compile(r"^\s*#\|\s*(\w+)\s*(\S*)\s*$")
 CHECK_CALL_RE = re.compile(r"^\s*check_\w+\(", re.M)
 NBGRADER_SCHEMA = 3  # nbgrader 0.9's cell metadata schema
 CHECK_POINTS = 1  # points of one exercise's check under nbgrader autograde
+REFERENCE = "reference"  # a cell tag: reference code (exported, no output), its source collapsed in JupyterLab
 
 
 def solution_notebooks():
@@ -168,11 +169,31 @@ def stamp_nbgrader(check=False):
             cell.setdefault("metadata", {}).pop("nbgrader", None)
             if i in marks:
                 cell["metadata"]["nbgrader"] = marks[i]
+            collapse_reference(cell, f"{path.name} cell {cell.get('id', i)}")
         if dumps(nb) != text:
             stale.append(path.relative_to(ROOT))
             if not check:
                 path.write_text(dumps(nb), encoding="utf-8")
     return stale
+
+
+def collapse_reference(cell, where):
+    """A cell tagged `reference` gets JupyterLab's collapsed source (metadata.jupyter.source_hidden: a click on its
+    bar shows it); any other cell loses it. A reference cell is exported code that prints nothing and holds no
+    exercise: skipping its source on a first reading skips no result and no task."""
+    meta = cell.setdefault("metadata", {})
+    shown = {k: v for k, v in meta.get("jupyter", {}).items() if k != "source_hidden"}
+    if REFERENCE in meta.get("tags", []):
+        src = source(cell)
+        if (cell["cell_type"] != "code" or "export" not in dict(directives(src)) or BEGIN in src
+                or SHOW_SAVED in src.splitlines() or cell.get("outputs")):
+            raise ValueError(f"{where}: tagged `{REFERENCE}`, but only an exported code cell with no output and no "
+                             "exercise may be collapsed")
+        shown["source_hidden"] = True
+    if shown:
+        meta["jupyter"] = shown
+    else:
+        meta.pop("jupyter", None)
 
 
 def student_cell(src, where):
@@ -247,7 +268,7 @@ def saved_output_cell(cell, device):
 def student_code_cell(cell, where):
     """The student version of one code cell: solution removed, outputs and execution data cleared."""
     cell = dict(cell, source=student_cell(source(cell), where), outputs=[], execution_count=None)
-    cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items() if k in ("tags",)}
+    cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items() if k in ("tags", "jupyter")}
     return cell
 
 
