@@ -455,6 +455,7 @@ FIGURES = [
     Fig("12", "rc1", r"time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
     Fig("12", "q000", r"wall time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
     Fig("12", "rc1", r"first evaluation at ([\d.]+) % or more", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("12", "rc3", r"budget \((\d+) epochs", Json(RACE, "max_epochs")),
     Fig("12", "rc3", r"reaches ([\d.]+) % in a median", calc(lambda t: t * 100, Json(RACE, "target"))),
     Fig("12", "rc3", r"in a median ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("course_"))),
     Fig("12", "rc3", r"fastest graph in ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("pytorch_"))),
