@@ -104,7 +104,8 @@ def _launch(kernel, grid, block, dynshared, args):
         return _fallback(py, str(e))
     compiled = _cache.get(key)
     if compiled is None:
-        compiled = _cache[key] = _compile(py, tuple(block), key[2])
+        with _ctrl_c_after():
+            compiled = _cache[key] = _compile(py, tuple(block), key[2])
     if isinstance(compiled, str):
         return _fallback(py, compiled)
     compiled(*grid, *arrays)
@@ -133,6 +134,29 @@ def _fallback(py, why):
 def fallbacks():
     """(kernel name, why) for every kernel that fell back to the simulator in this process, in order."""
     return [(py.__name__, why) for py, why in _notes.items()]
+
+
+@contextlib.contextmanager
+def _ctrl_c_after():
+    """A Ctrl-C during the block is raised when it ends, not inside it (numba's compiles need this).
+
+    numba's CPU compiler calls back into Python through ctypes (llvmlite's object-cache hook); a KeyboardInterrupt
+    raised in such a callback is printed and dropped by ctypes, and the compile, then the training, carries on: a
+    Ctrl-C lost about one time in two when it came during a `course train` compile."""
+    import signal
+    import threading
+    before = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(before):
+        yield                             # only the main thread handles signals; SIG_IGN/SIG_DFL need no help
+        return
+    got = []
+    signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+        if got:
+            before(signal.SIGINT, got[0])  # as if it came now: default_int_handler raises KeyboardInterrupt
 
 
 def _compile(py, block, types):

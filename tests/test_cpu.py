@@ -2,6 +2,7 @@
 simulator's) at odd sizes and several launch shapes; barriers inside loops; what it refuses, and the note it gives."""
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -355,3 +356,32 @@ def test_the_kernels_of_the_course_that_need_a_gpu_say_so_quietly(executor, caps
     assert cpu._fallback(fused.forward_kernel.py_func, "a test construct") is False
     assert capsys.readouterr().err == ""
     assert any(name == "forward_kernel" and "a test construct" in why for name, why in cpu.fallbacks())
+
+
+def test_a_ctrl_c_during_a_compile_is_raised_after_it_not_dropped():
+    # numba's CPU compiler calls back into Python through ctypes (llvmlite's object-cache hook); ctypes prints and
+    # drops an exception raised in a callback, so a Ctrl-C landing there was lost (`course train` trained on: 3 of 8
+    # runs before _ctrl_c_after). A ctypes callback that receives the SIGINT stands in for the compile.
+    import ctypes
+    import signal
+
+    @ctypes.CFUNCTYPE(None)
+    def callback():
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs at one of these instructions, inside the callback
+            pass
+
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with cpu._ctrl_c_after():
+            callback()
+            reached.append("after the callback")
+    assert reached == ["after the callback"]  # the block ran to its end, then the Ctrl-C came
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    dropped = []  # without it, the same Ctrl-C is dropped (ctypes hands it to sys.unraisablehook): why the fix
+    hook, sys.unraisablehook = sys.unraisablehook, lambda u: dropped.append(u.exc_type)
+    try:
+        callback()
+    finally:
+        sys.unraisablehook = hook
+    assert dropped == [KeyboardInterrupt]
