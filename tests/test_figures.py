@@ -420,6 +420,8 @@ FIGURES = [
     Fig("09", "c020b", r"confirms: (\d+) registers per thread", Ptxas("course.matmul:matmul_v3_kernel")),
     Fig("09", "c020b", r"registers per thread, (\d+) bytes spilled",
         Ptxas("course.matmul:matmul_v3_kernel", field="spill")),
+    Fig("09", "cm1", r"ptxas gives v4 (\d+)\s+registers per thread uncapped", Ptxas("course.matmul:matmul_v4_kernel")),
+    Fig("09", "cm1", r"spills (\d+) bytes per thread", Ptxas("course.matmul:matmul_v4_kernel", 128, field="spill")),
     Fig("09", "c030", r"each global load (128) times", calc(lambda: 128, why="128×128 tiles")),
     Fig("09", "c030", r"product is (13) MFLOP", calc(lambda: 2 * 64 * 784 * 128 / 1e6, why="2·64·784·128")),
     Fig("09", "c030", r"about\s+(67) TFLOP/s", Spec("h200_fp32_tflops")),
