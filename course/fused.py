@@ -573,6 +573,7 @@ def phase_b(data, base, w, acts, losses, step, sP, T, i):
         r += cuda.gridDim.x
 
 
+# %% notebooks/11_fused.ipynb cell c045-4
 @cuda.jit(device=True)
 def prefetch_next(data, base, B, Xt, row0):
     """The blocks without a batch row (during phase B) prepare the next batch's X: when Xt has rows, they gather

@@ -97,6 +97,7 @@ def grad_wb(A, dZ, dW, db):
     return dW, db
 
 
+# %% notebooks/10_phases.ipynb cell c032-3
 def train_step_9(Xb, yb, params, grads, opt, buf, dZ2, dZ1):
     """notebook 06's train_step with the two merges: 7 launches (9 with the two gathers) instead of 13 (15)."""
     W1, b1, W2, b2 = (params[k] for k in ("W1", "b1", "W2", "b2"))
