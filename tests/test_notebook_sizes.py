@@ -4,9 +4,15 @@ where it is taught). Words: whitespace-separated tokens of a markdown cell's sou
 What a first reading meets is bounded too: the code left visible, outside the cells tagged `reference`, whose source
 JupyterLab shows collapsed (course.tools.nbtools.collapse_reference), at most what 01-07 show.
 
+A first reading of each performance notebook (08-12) fits ~45 minutes by one fixed rule, the same for every notebook
+(first_reading): its student copy's prose, visible code, saved outputs and exercises, each at a stated rate.
+`python tests/test_notebook_sizes.py` prints the table for all twelve.
+
 A few cells of notebooks 01-07 were over the budget when it was set; they are pinned at their size (OVER), so they
 cannot grow, and the test fails once one fits (then it leaves the list)."""
 import ast
+import re
+import sys
 
 import pytest
 
@@ -23,6 +29,14 @@ OVER = {  # (notebook, cell id): its lines when the budget was set (2026-12-02),
     ("06_train", "c015b"): 85,
 }
 NOTEBOOKS = [p.stem for p in nbtools.solution_notebooks()]
+# A first reading, by one rule for every notebook: the rates of the fresh students' trials (issue 28; 2026-12-06).
+PROSE_WPM = 150          # words of markdown a minute, technical prose read closely
+CODE_LPM = 20            # visible non-blank code lines a minute (kernels slower, harness faster)
+SAVED_LPM = 10           # lines of a saved output a minute (tables read for what they show)
+FIGURE_MIN = 1           # minutes a saved plot
+EXERCISE_MIN = 7         # minutes an exercise (the trials: 2-10)
+PERF_MINUTES = 48        # ~45 minutes for 08-12 (issue 28)
+PERFORMANCE = [n for n in NOTEBOOKS if n >= "08"]
 
 
 def cells(name):
@@ -106,3 +120,47 @@ def test_only_exported_code_without_output_is_collapsed():
         bad = dict(bad, metadata={"tags": [nbtools.REFERENCE]})
         with pytest.raises(ValueError, match="only an exported code cell"):
             nbtools.collapse_reference(bad, "x")
+
+
+def first_reading(name):
+    """What a first reading of a student copy meets: prose words, visible code lines, saved lines and plots, exercises."""
+    load = dict(prose=0, code=0, saved=0, figures=0, exercises=0)
+    for c in nbtools.read(nbtools.EXERCISES / f"{name}.ipynb")["cells"]:
+        src = nbtools.source(c)
+        if c["cell_type"] == "markdown" and src.startswith("**Saved on an"):
+            load["saved"] += sum(1 for line in src.splitlines()[1:] if line.strip() and not line.startswith(("```", "![")))
+            load["figures"] += src.count("![saved figure")
+        elif c["cell_type"] == "markdown":
+            load["prose"] += len(src.split())
+        elif not hidden(c):
+            load["code"] += sum(1 for line in src.splitlines() if line.strip())
+            load["exercises"] += bool(re.search(r"^# Exercise \d+\.\d+", src, re.M))
+    return load
+
+
+def minutes(load):
+    return (load["prose"] / PROSE_WPM + load["code"] / CODE_LPM + load["saved"] / SAVED_LPM
+            + load["figures"] * FIGURE_MIN + load["exercises"] * EXERCISE_MIN)
+
+
+@pytest.mark.parametrize("name", PERFORMANCE)
+def test_a_performance_notebook_reads_in_about_45_minutes(name):
+    load = first_reading(name)
+    assert load["exercises"] >= 2, load
+    assert minutes(load) <= PERF_MINUTES, (f"{name}: a first reading takes ~{minutes(load):.0f} minutes ({load}; budget "
+                                           f"{PERF_MINUTES}): collapse reference code, cut prose")
+
+
+def test_the_reading_rule_counts_what_it_says():
+    load = first_reading("12_race")
+    assert load["prose"] > 500 and load["code"] > 20 and load["saved"] > 5 and load["exercises"] == 2, load
+    assert minutes(dict(prose=150, code=20, saved=10, figures=1, exercises=1)) == 1 + 1 + 1 + FIGURE_MIN + EXERCISE_MIN
+
+
+if __name__ == "__main__":
+    print(f"first reading: prose at {PROSE_WPM} words/min, visible code at {CODE_LPM} lines/min, saved output at "
+          f"{SAVED_LPM} lines/min, {FIGURE_MIN} min a plot, {EXERCISE_MIN} min an exercise")
+    for name in NOTEBOOKS:
+        load = first_reading(name)
+        print(f"{name:14s} " + "  ".join(f"{k} {v:5d}" for k, v in load.items()) + f"   ~{minutes(load):3.0f} min",
+              file=sys.stdout)
