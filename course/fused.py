@@ -931,16 +931,10 @@ def update_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step, lr, T):
 # %% notebooks/11_fused.ipynb cell c047-2
 @cuda.jit(**_JIT)
 def fused_steps_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step0, nsteps, lr, losses, T, bar, Xt):
-    """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, grid-wide
-    barriers after A and after B. Correct for any grid that is co-resident (a cooperative launch checks that).
-    The small layer of step i (W2, b1, b2) is updated before barrier 1 of step i + 1 (only phase B reads it): by
-    the blocks without a tile while the others do phases C and A, or by every block after its phase A; the last
-    step's after the loop. T: the clocks, (steps recorded, blocks, NPOINTS), or (0, 1, NPOINTS) for none. bar:
-    grid_barrier's count (uint64, a multiple of gridDim before the launch: every launch adds 2 nsteps gridDim, and
-    gridDim more when it gathers into Xt). Xt: room for two batches' tiles of X (gather_tiles), or no rows: when
-    every tile has a block of its own, some blocks have no batch row and Xt has rows, the blocks without a row
-    gather the next batch's tiles there during phase B, and the TMA brings each block's X[batch, tile]
-    from there during phase C."""
+    """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, a grid barrier
+    after A and after B (section 1's plan). T: the clocks, (steps, blocks, NPOINTS), or (0, 1, NPOINTS) for none.
+    bar: grid_barrier's count, a multiple of gridDim before the launch (each launch adds 2 nsteps gridDim, and
+    gridDim more when it gathers into Xt). Xt: room for two batches' tiles of X for the TMA, or no rows."""
     data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # the TMA's count of the bytes landed
