@@ -414,6 +414,7 @@ FIGURES = [
     Fig("08", "c020", r"take about ([\d.]+) ms", calc(lambda hbm: MB_IMAGES / (hbm * 1e12) * 1e3, Spec("h200_hbm_tbs"),
                                                        why="188 MB of images at HBM bandwidth")),
     Fig("08", "c020", r"a launch of\s+~(\d+) µs from Python", LAUNCH_3),
+    Fig("08", "c020", r"the ([\d.]+) ms above adds", Out("08", "c019", r"at HBM bandwidth: ([\d.]+) ms")),
     Fig("09", "c020b", r"v1 runs at ([\d.]+) TFLOP/s at 4096²", LADDER_TF("v1 naive")),
     Fig("09", "c020b", r"used 16 times, at\s+([\d.]+) TFLOP/s", LADDER_TF("v2 tiled")),
     Fig("09", "c020b", r"confirms: (\d+) registers per thread", Ptxas("course.matmul:matmul_v3_kernel")),
