@@ -24,9 +24,9 @@ LOOPS = ("plain", "fused_step", "fused_phases")
 
 
 def graph_support():
-    """None where CUDA graphs can be recorded, else why not (the simulator; cuda.core missing)."""
+    """None where CUDA graphs can be recorded, else why not (no GPU: the CPU executor or the simulator; no cuda.core)."""
     if course.SIMULATOR:
-        return "the CUDA simulator has no CUDA graphs"
+        return {"cpu": "the CPU executor", "sim": "the CUDA simulator"}[course.runs_on()] + " has no CUDA graphs"
     try:
         _device_class()
     except ImportError as e:
