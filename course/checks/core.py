@@ -403,6 +403,12 @@ def unwritten(got, dtype):
     return np.isnan(got) if np.dtype(dtype).kind == "f" else got == GUARD_INT + 1
 
 
+def plain(x):
+    """A value as a student reads it: a NumPy scalar as its number (16, 0.1, nan), not NumPy 2's repr
+    (np.int64(16), np.float32(0.1)); anything else as repr."""
+    return str(x) if isinstance(x, np.generic) and not isinstance(x, (np.bytes_, np.str_)) else repr(x)
+
+
 def compare(exercise, case, got, expected, atol, rtol, hint, diagnose=None):
     """Fail on the first unwritten or wrong element, naming its index, expected and got.
 
@@ -420,7 +426,7 @@ def compare(exercise, case, got, expected, atol, rtol, hint, diagnose=None):
     if wrong.any():
         idx = tuple(int(i) for i in np.argwhere(wrong)[0])
         why = diagnose(got, expected) if diagnose else None
-        fail(exercise, case, f"element {idx}: expected {expected[idx]!r}, got {got[idx]!r} "
+        fail(exercise, case, f"element {idx}: expected {plain(expected[idx])}, got {plain(got[idx])} "
              f"({wrong.sum()} of {wrong.size} elements wrong)" + (f". {why}" if why else ""), hint)
 
 
@@ -705,7 +711,7 @@ def _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on):
             if stale.any():
                 idx = tuple(int(i) for i in np.argwhere(stale)[0])
                 fail(exercise, where, f"{name}{list(idx)} did not change in this step (it still holds "
-                     f"{prev[idx]!r}, expected {e[idx]!r}): never written, or the update came out as zero? "
+                     f"{plain(prev[idx])}, expected {plain(e[idx])}): never written, or the update came out as zero? "
                      f"({stale.sum()} of {stale.size} elements unchanged)", hint)
             compare(exercise, where, got, e, atol, rtol, hint)
         grad.unchanged(exercise, case, "g (the gradient)", hints[None])
