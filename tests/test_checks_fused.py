@@ -5,6 +5,7 @@ from numba import cuda, float32
 
 import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 from course.checks import CheckFailure
+from course.checks.core import LADDERS
 from course.checks import fused as checks
 from course.fused import halve, warp_sum
 from course.ptx import barrier_target, shfl_xor
@@ -45,6 +46,17 @@ def test_different_correct_answers_pass():
 def test_warp_sum_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 11.1"):
         checks.check_warp_sum(mutant(warp_sum, old, new))
+
+
+def test_warp_sum_skipping_the_shuffle_in_some_lanes_hints_that_every_lane_must_call_it():
+    """A fresh student's answer: the exchange only where the value is not 0 (the lanes past the end hold 0). The
+    simulator's shuffle goes through a shared array, so a lane that skips a call breaks its partner's exchange (on a
+    GPU a shuffle that a lane of its mask does not join is undefined): the failure says every lane must call it."""
+    skipping = mutant(warp_sum, "v += shfl_xor(scr, v, m)", "if v != 0:\n            v += shfl_xor(scr, v, m)")
+    with pytest.raises(CheckFailure, match="Exercise 11.1") as e:
+        checks.check_warp_sum(skipping)
+    assert "every lane must call shfl_xor in every exchange" in str(e.value), str(e.value)
+    assert any("each lane must call shfl_xor in every exchange" in n for n in LADDERS["11.1"])  # and a nudge says it
 
 
 # --- Exercise 10.2: planted wrong targets ----------------------------------------------------------------------

@@ -1,4 +1,6 @@
 """Notebook 09's occupancy check passes the solution and rejects planted wrong answers."""
+import re
+
 import pytest
 from conftest import mutant
 
@@ -37,3 +39,22 @@ def test_a_different_correct_answer_passes():
 def test_blocks_per_sm_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 9.2"):
         checks.check_blocks_per_sm(mutant(blocks_per_sm, old, new))
+
+
+@pytest.mark.parametrize("old, new, binds", [
+    pytest.param("(regs * 32 + REG_UNIT - 1) // REG_UNIT * REG_UNIT", "regs * 32", "registers", id="no register unit"),
+    pytest.param("(smem + BLOCK_SMEM_RESERVED)", "max(smem, 1)", "shared memory", id="no reserved shared memory"),
+    pytest.param("min(SM_BLOCKS, SM_WARPS // warps,", "min(SM_WARPS // warps,", "the per-SM block limit",
+                 id="no block limit"),
+    pytest.param("SM_WARPS // warps, by_regs", "by_regs", "warps (threads)", id="no warp limit"),
+])
+def test_blocks_per_sm_failure_names_the_binding_limit_and_what_each_allows(old, new, binds):
+    """A wrong answer gets, for the failing case, what each of the four limits alone allows in the reference and
+    which binds there (the term the student got wrong shows), in numbers, not the formula's code."""
+    with pytest.raises(CheckFailure, match="Exercise 9.2") as e:
+        checks.check_blocks_per_sm(mutant(blocks_per_sm, old, new))
+    msg = str(e.value)
+    assert "each limit alone allows: the per-SM block limit 32, warps (threads) " in msg, msg
+    assert re.search(r"registers \d+, shared memory \d+;", msg), msg
+    assert f"the one that binds (the smallest): {binds}, at " in msg, msg
+    assert not any(code in msg for code in ("//", "REG_UNIT", "SM_", "min(")), msg  # numbers, not the formula

@@ -51,6 +51,28 @@ def test_sgd_gridstride_check_rejects(old, new):
         checks.check_sgd_gridstride(mutant(sgd_gridstride_kernel, old, new))
 
 
+@pytest.mark.parametrize("old, new", [
+    pytest.param("p[i] -= lr * g[i]", "p[i] += lr * g[i]", id="+= for -="),      # up the gradient
+    pytest.param("lr * g[i]", "g[i]", id="lr missing"),                          # a step of the whole gradient
+])
+def test_sgd_gridstride_wrong_update_hints_at_the_update_not_the_loop(old, new):
+    """Every element updated once, by the wrong amount: the hint is about the update itself, not the loop's start
+    and stride (a fresh student's report: the loop hint sent them to a loop that was right)."""
+    with pytest.raises(CheckFailure, match="Exercise 10.1") as e:
+        checks.check_sgd_gridstride(mutant(sgd_gridstride_kernel, old, new))
+    msg = str(e.value)
+    assert checks.FORMULA_HINT_10_1 in msg and checks.LOOP_HINT_10_1 not in msg, msg
+    assert "lr * g" not in msg and "-=" not in msg, msg  # prose, not the solution's line
+
+
+def test_sgd_gridstride_repeated_updates_keep_the_loop_hint():
+    """Elements updated by several threads (a stride by the block): every element changed, but by whole repeats of
+    the right step: the loop's fault, so the loop's hint."""
+    with pytest.raises(CheckFailure, match="Exercise 10.1") as e:
+        checks.check_sgd_gridstride(mutant(sgd_gridstride_kernel, "cuda.gridsize(1)", "cuda.blockDim.x"))
+    assert checks.LOOP_HINT_10_1 in str(e.value) and checks.FORMULA_HINT_10_1 not in str(e.value), str(e.value)
+
+
 def test_unimplemented_raises_not_implemented():
     @cuda.jit
     def stub(p, g, lr):

@@ -75,3 +75,10 @@ def test_epoch_cost_check_rejects(old, new):
 def test_batch_index_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 8.2"):
         checks.check_batch_index(mutant(batch_index_kernel, old, new))
+
+
+def test_batch_index_failure_prints_plain_numbers():
+    """A fresh student's report: the values came out as NumPy 2's repr (`expected np.int64(16)`); plain numbers."""
+    with pytest.raises(CheckFailure, match=r"expected \d+, got \d+ \(") as e:
+        checks.check_batch_index(mutant(batch_index_kernel, "perm[base + i]", "perm[base + i + 1]"))  # off by one
+    assert "np." not in str(e.value), str(e.value)

@@ -92,6 +92,28 @@ def test_student_copy_is_clean_and_written_as_jupyter_writes_it(path):
 
 
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
+def test_student_copy_has_no_cell_that_only_echoes_a_string(path):
+    """A code cell holding only a string (a module's docstring, once its `#| export` line is stripped) echoes it
+    when run, and asks nothing of the student (12_race's r_e1x did: a fresh student's report); a module's docstring
+    goes atop its first exported cell with code."""
+    import ast
+    for cell in nbtools.read(path)["cells"]:
+        if cell["cell_type"] == "code":
+            body = ast.parse(nbtools.source(cell)).body
+            assert not (body and all(isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) for s in body)), (
+                f"{path.name} cell {cell.get('id')}: only a string:\n{nbtools.source(cell)}")
+
+
+def test_race_module_keeps_its_docstring_from_the_exercise_cell():
+    """12_race's docstring moved into the exercise cell r_e1s (above `# Exercise 12.1`): course/race.py still opens
+    with it, and the exercise machinery still finds the exercise there."""
+    import course.race
+    assert course.race.__doc__.startswith("The race's clock (notebook 12)")
+    cell = next(c for c in nbtools.read(nbtools.NOTEBOOKS / "12_race.ipynb")["cells"] if c.get("id") == "r_e1s")
+    assert nbtools.exercise_label(nbtools.source(cell)) == "Exercise 12.1"
+
+
+@pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
 def test_student_copy_with_solutions_is_the_solution_code(path):
     nb = nbtools.student_copy_with_solutions(path)
     solved = [c for c in nb.cells if c.cell_type == "code" and nbtools.exercise_label(c.source)]

@@ -403,6 +403,12 @@ def unwritten(got, dtype):
     return np.isnan(got) if np.dtype(dtype).kind == "f" else got == GUARD_INT + 1
 
 
+def plain(x):
+    """A value as a student reads it: a NumPy scalar as its number (16, 0.1, nan), not NumPy 2's repr
+    (np.int64(16), np.float32(0.1)); anything else as repr."""
+    return str(x) if isinstance(x, np.generic) and not isinstance(x, (np.bytes_, np.str_)) else repr(x)
+
+
 def compare(exercise, case, got, expected, atol, rtol, hint, diagnose=None):
     """Fail on the first unwritten or wrong element, naming its index, expected and got.
 
@@ -420,7 +426,7 @@ def compare(exercise, case, got, expected, atol, rtol, hint, diagnose=None):
     if wrong.any():
         idx = tuple(int(i) for i in np.argwhere(wrong)[0])
         why = diagnose(got, expected) if diagnose else None
-        fail(exercise, case, f"element {idx}: expected {expected[idx]!r}, got {got[idx]!r} "
+        fail(exercise, case, f"element {idx}: expected {plain(expected[idx])}, got {plain(got[idx])} "
              f"({wrong.sum()} of {wrong.size} elements wrong)" + (f". {why}" if why else ""), hint)
 
 
@@ -654,7 +660,8 @@ def _run_case(exercise, kernel, c, hint, atol, rtol, diagnose, on):
         compare(exercise, case + which, got, e, atol, rtol, hint, diagnose)
 
 
-def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INPLACE_RTOL, largest=None):
+def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INPLACE_RTOL, largest=None,
+                      diagnose=None):
     """Run every case of an in-place update kernel for several steps and report the first problem.
 
     A case is dict(name, grid, block, names, state, steps): `state` are the host arrays updated in place
@@ -662,7 +669,9 @@ def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INP
     (gradient, scalars, expected state after the step). The kernel is called as
     kernel(state[0], gradient, *state[1:], *scalars): parameters, gradient, state, hyperparameters. `hint` is a
     sentence, or a dict from an array's name to what to look at when that array is wrong (None: the rest).
-    `largest` as in run_cases."""
+    `largest` as in run_cases. `diagnose(name, got, expected, before)`, called when no element of the array was
+    left unchanged, may return another hint for its wrong values (e.g. every element updated once, but by the
+    wrong amount: the update's formula, not the loop), or None to keep `hint`."""
     __tracebackhide__ = True
     raise_if_unimplemented(kernel)
     require_largest_block(exercise, cases, largest)
@@ -670,8 +679,8 @@ def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INP
     if {all(a.size % unit(c) == 0 for a in c["state"]) for c in cases} != {True, False}:
         raise ValueError(f"{exercise}'s check needs sizes that are and are not multiples of the block")
     for c in cases:
-        _run_inplace_case(exercise, kernel, c, hint, atol, rtol, ON_THIS_DEVICE)
-    simulator_eyes(cases, lambda c, on: _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on),
+        _run_inplace_case(exercise, kernel, c, hint, atol, rtol, ON_THIS_DEVICE, diagnose)
+    simulator_eyes(cases, lambda c, on: _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on, diagnose),
                    lambda c: not all(a.size % unit(c) == 0 for a in c["state"]))
     shapes = sorted({str(c["block"]) for c in cases})
     return (f"{len(cases)} random cases x {len(cases[0]['steps'])} steps (sizes that are and are not multiples "
@@ -679,7 +688,7 @@ def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INP
 
 
 
-def _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on):
+def _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on, diagnose=None):
     """One case of run_inplace_steps, on `on` (as _run_case)."""
     __tracebackhide__ = True
     hints = dict(hint) if isinstance(hint, dict) else {None: hint}
@@ -705,9 +714,10 @@ def _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on):
             if stale.any():
                 idx = tuple(int(i) for i in np.argwhere(stale)[0])
                 fail(exercise, where, f"{name}{list(idx)} did not change in this step (it still holds "
-                     f"{prev[idx]!r}, expected {e[idx]!r}): never written, or the update came out as zero? "
+                     f"{plain(prev[idx])}, expected {plain(e[idx])}): never written, or the update came out as zero? "
                      f"({stale.sum()} of {stale.size} elements unchanged)", hint)
-            compare(exercise, where, got, e, atol, rtol, hint)
+            why = diagnose(name, got, e, prev) if diagnose else None
+            compare(exercise, where, got, e, atol, rtol, why or hint)
         grad.unchanged(exercise, case, "g (the gradient)", hints[None])
         before = list(expected)
 

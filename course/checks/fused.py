@@ -37,6 +37,7 @@ def warp_sums_ref(x):
 @exercise("11.1", nudges=(
     "A butterfly: in each exchange every lane adds the value of a partner lane, so that after all of them every lane holds the warp's sum. How many exchanges does a warp of 32 need?",
     "The partner is the lane whose number differs in one bit: the bit's value halves from one exchange to the next, from 16 down to 1. Does every lane add, or only half of them?",
+    "An exchange takes every lane of the warp at once: each lane must call shfl_xor in every exchange, whatever its value (none skipped behind a condition), or its partner gets nothing meaningful back. Does any lane of yours skip one?",
 ), more="""\
   m = 16
   while m > 0:                      # 16, 8, 4, 2, 1: after the exchange with lane ^ m, every lane holds the sum
@@ -54,7 +55,10 @@ def check_warp_sum(warp_sum, seed=0):
                           expected=(warp_sums_ref(x), warp_sums_ref(np.float32(1) - np.float32(2) * x))))
     return run_cases("Exercise 11.1", _warp_sum_kernel(warp_sum), cases, atol=1e-5, rtol=1e-5,
                      hint="look at the masks (16, 8, 4, 2, 1: five exchanges, each with lane ^ m), and at what each "
-                          "exchange does: add the partner's value to your own, in every lane; output 2 is a second "
+                          "exchange does: add the partner's value to your own, in every lane; every lane must call "
+                          "shfl_xor in every exchange, none skipping one behind an `if` (here the simulator exchanges "
+                          "through a shared array, so a lane that skips a call leaves its partner a stale value; on "
+                          "a GPU a shuffle that a lane of its mask does not join is undefined); output 2 is a second "
                           "call right after the first: a sum through scr must not be overwritten before every lane "
                           "has read it")
 

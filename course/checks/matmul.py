@@ -1,7 +1,7 @@
 """Checks for notebook 09's second exercise (occupancy: how many blocks of a kernel an SM holds)."""
 import numpy as np
 
-from course.checks.core import call, exercise, fail
+from course.checks.core import call, exercise, fail, plain
 from course.matmul import BLOCK_SMEM_RESERVED, REG_UNIT, SM_BLOCKS, SM_REGISTERS, SM_SMEM, SM_WARPS
 
 WARP = 32
@@ -9,12 +9,29 @@ WARP = 32
 
 def blocks_per_sm_ref(threads, regs, smem):
     """Blocks of `threads` threads, `regs` registers a thread and `smem` bytes of shared memory that fit one SM."""
+    return min(limits_ref(threads, regs, smem).values())
+
+
+def limits_ref(threads, regs, smem):
+    """{limit: the blocks per SM that limit alone allows} for blocks of `threads` threads, `regs` registers a thread
+    and `smem` bytes of shared memory, in the order a failure names them."""
     warps = -(-threads // WARP)                                   # a partial warp still takes a whole warp
     warp_regs = -(-regs * WARP // REG_UNIT) * REG_UNIT             # a warp's registers, rounded up to the unit
-    by_warps = SM_WARPS // warps
-    by_regs = (SM_REGISTERS // warp_regs) // warps
-    by_smem = SM_SMEM // (smem + BLOCK_SMEM_RESERVED)
-    return min(SM_BLOCKS, by_warps, by_regs, by_smem)
+    return {"the per-SM block limit": SM_BLOCKS,
+            "warps (threads)": SM_WARPS // warps,
+            "registers": (SM_REGISTERS // warp_regs) // warps,
+            "shared memory": SM_SMEM // (smem + BLOCK_SMEM_RESERVED)}
+
+
+def _limits_said(threads, regs, smem):
+    """What each limit alone allows for this block, and which binds (the smallest), in words: a wrong answer's
+    term shows without the formula."""
+    limits = limits_ref(threads, regs, smem)
+    least = min(limits.values())
+    binding = [name for name, n in limits.items() if n == least]
+    each = ", ".join(f"{name} {n}" for name, n in limits.items())
+    which = "the one that binds (the smallest)" if len(binding) == 1 else "those that bind (tied, the smallest)"
+    return f"each limit alone allows: {each}; {which}: {' and '.join(binding)}, at {least} block{'s' if least != 1 else ''}"
 
 
 @exercise("9.2", nudges=(
@@ -40,7 +57,8 @@ def check_blocks_per_sm(blocks_per_sm, seed=0):
         got = call(ex, f"with {case}", blocks_per_sm, threads, regs, smem)
         want = blocks_per_sm_ref(threads, regs, smem)
         if got != want:
-            fail(ex, f"with {case}", f"expected {want} blocks per SM, got {got!r}",
+            fail(ex, f"with {case}", f"expected {want} blocks per SM, got {plain(got)}. In the reference, "
+                 f"{_limits_said(threads, regs, smem)}: which of these does your answer get wrong?",
                  "take the smallest of four limits: blocks (32), warps (64, a partial warp counts whole), registers "
                  "(65,536, given to each warp in units of 256) and shared memory (233,472 bytes, each block also "
                  "keeping 1,024 for the system)")

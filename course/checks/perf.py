@@ -43,6 +43,28 @@ def check_matmul_v3(kernel, seed=0):
                           "at the outer product: every (i, j) pair of the thread's TM x TN block")
 
 
+LOOP_HINT_10_1 = ("look at where a thread's loop starts (its index in the whole grid) and how far it steps (the number "
+                  "of threads in the whole grid, not the block): every element exactly once, for grids smaller and "
+                  "larger than the array")
+FORMULA_HINT_10_1 = ("every element changed, and not by whole repeats of the right step: the loop reached each "
+                     "element once, so look at the update itself. A step moves each parameter AGAINST its gradient "
+                     "(which sign?), by the gradient times the learning rate (is lr in it, once?), in place")
+
+
+def _sgd_diagnose(name, got, expected, before):
+    """The update's formula, not the loop, when every wrong element moved by something other than k >= 2 whole
+    steps (the same element updated by k threads: a loop that starts or strides wrong); else None (the loop hint)."""
+    got, expected, before = (np.asarray(a, np.float64) for a in (got, expected, before))
+    step = expected - before                                     # the right step, per element
+    wrong = ~np.isclose(got, expected, atol=1e-5, rtol=1e-4)
+    if not wrong.any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = np.round((got - before) / step)
+    repeats = (k >= 2) & np.isclose(got, before + k * step, atol=1e-5, rtol=1e-4) & (np.abs(step) > 1e-6)
+    return FORMULA_HINT_10_1 if (wrong & ~repeats).any() else None
+
+
 @exercise("10.1", nudges=(
     "A grid too small for p: each thread handles several elements. Where does a thread start, and how far "
     "does it jump each time?",
@@ -70,7 +92,4 @@ def check_sgd_gridstride(kernel, seed=0):
             steps.append((g, (lr,), (cur,)))
         cases.append(dict(name=f"{n} parameters, {grid * block} threads", grid=grid, block=block, names=["p"],
                           state=[p], steps=steps))
-    return run_inplace_steps("Exercise 10.1", kernel, cases,
-                             hint="look at where a thread's loop starts (its index in the whole grid) and how far "
-                                  "it steps (the number of threads in the whole grid, not the block): every element "
-                                  "exactly once, for grids smaller and larger than the array")
+    return run_inplace_steps("Exercise 10.1", kernel, cases, hint=LOOP_HINT_10_1, diagnose=_sgd_diagnose)
