@@ -71,6 +71,8 @@ def test_epoch_cost_check_rejects(old, new):
     pytest.param("range(cuda.threadIdx.x, idx.shape[0], cuda.blockDim.x)", "range(cuda.threadIdx.x, cuda.blockDim.x, cuda.blockDim.x)",
                  id="one pass of the block"),
     pytest.param("perm[base + i]", "perm[base + i + 1]", id="off by one"),
+    pytest.param("range(cuda.threadIdx.x, idx.shape[0], cuda.blockDim.x)", "range(cuda.threadIdx.x, idx.shape[0], 32)",
+                 id="a warp's stride, not the block's"),  # a fresh student's: passed while every block had >= 32 threads
 ])
 def test_batch_index_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 8.2"):

@@ -81,12 +81,12 @@ def check_batch_index(kernel, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for B, threads, batches, which in ((64, 32, 5, "last"), (37, 32, 9, "middle"), (course.pick(300, 100), 64, 4, "first"),
-                                       (128, 128, 3, "middle"), (20, 64, 6, "middle"),
+                                       (128, 128, 3, "middle"), (20, 64, 6, "middle"), (45, 16, 6, "middle"),
                                        *on_a_gpu((1_500, MAX_THREADS, 3, "last"))):   # the largest block
         perm = rng.permutation(B * batches + int(rng.integers(0, B))).astype(np.int64)   # (n,): a partial batch at the end
         k = {"first": 0, "last": batches - 1}.get(which, int(rng.integers(1, batches - 1)))
         counter = np.array([k], np.int64)
-        cases.append(dict(name=f"batch {k} of {batches} (B={B})", grid=1, block=threads, inputs=[perm, counter],
+        cases.append(dict(name=f"counter[0] = {k}: batch {k} of 0-{batches - 1} (B={B})", grid=1, block=threads, inputs=[perm, counter],
                           expected=perm[k * B:(k + 1) * B].copy()))
     return run_cases("Exercise 8.2", kernel, cases,
                      hint="look at where batch number counter[0] starts in perm (its number times the batch size), "
