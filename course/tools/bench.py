@@ -18,7 +18,7 @@ first touch), epoch_s is the median of the others, test_acc is measured after th
                        (torch.cuda.graph) and replayed per step; the batch's indices read from a step counter on
                        the device; skipped with a note without torch or without a GPU
 
-The graph rows are skipped in the simulator (it has no CUDA graphs). Without --quick on a GPU, "matmul" lists the
+The graph rows are skipped without a GPU (no CUDA graphs there). Without --quick on a GPU, "matmul" lists the
 TFLOP/s of notebook 09's matmul ladder at 4096^3 (v1 to v5 and cuBLAS through PyTorch when importable).
 """
 import math
