@@ -30,7 +30,6 @@ one). This step's small layer is updated before the next barrier 1 (or at the en
 No barrier after C: the next phase A reads only the block's own tile of W1, and Z, which phase B zeroed.
 The grid barriers are hand-written (grid_barrier: one atomic count, a spinning load with acquire semantics);
 the launch stays cooperative, so that the GPU checks every block is resident."""
-import functools
 import math
 from collections import namedtuple
 
@@ -38,7 +37,6 @@ import numpy as np
 from numba import cuda, float32, types, uint64
 
 import course
-from course import timing
 from course.grad import mlp_grads_ref, mlp_loss_ref
 from course.loss import zero_kernel
 from course.ptx import grid_barrier, shfl_xor, stamp
@@ -69,7 +67,7 @@ THREADS = 512      # threads per block on a GPU
 REGS = 128         # registers per thread at most, so that a 512-thread block fits on an SM
 XS_U = uint64(XS)  # unsigned constants: numba checks signed indices for wraparound (5 instructions per load)
 TJ_U = uint64(TJ)
-NPOINTS = 16       # clock points per step (see CLOCK_PARTS); stamp(T, i, point) records one
+NPOINTS = 16       # clock points per step (see course.epoch.CLOCK_PARTS); stamp(T, i, point) records one
 AT_STEP = 0        # the clock points: a step starts (phase A)
 AT_BARRIER_1 = 1   # phase A and the small layer done, at barrier 1
 AFTER_BARRIER_1 = 2
@@ -1097,7 +1095,7 @@ class FusedTrainer:
     def epoch(self, X_d, y_d, perm_d, losses, clocks=None):
         """Train one epoch over the batches perm_d[k*B:(k+1)*B]; losses[k] (a zeroed-here float32 device array of
         len(perm_d) // B) gets step k's mean loss. Returns losses; nothing is read back. clocks: None, or a uint64
-        device array (steps, blocks, NPOINTS) that the epoch kernel fills (see clock_report)."""
+        device array (steps, blocks, NPOINTS) that the epoch kernel fills (see course.epoch.clock_report)."""
         B = self.batch_size
         require("X", X_d, np.float32, ndim=2)
         require("y", y_d, (np.int64, np.int32), shape=(X_d.shape[0],))
@@ -1165,83 +1163,3 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
                losses=losses, unit="ms", progress=progress)
     hist["params"] = params
     return hist
-
-
-# %% notebooks/11_fused.ipynb cell fl2
-MILESTONES = {   # the ladder: name -> (what changes from the rung below, FusedTrainer's keywords)
-    "fused1": ("3 plain launches a step; X and W1 tiles staged twice a step", dict(mode="phases")),
-    "fused2": ("1 cooperative launch a step: grid barriers replace kernel ends", dict(mode="step")),
-    "fused3": ("persistent kernel: 1 launch an epoch, W1 tiles stay in shared memory", dict(mode="epoch", tma=False)),
-    "fused4": ("TMA bulk copies bring X's tiles, from a double-buffered Xt (sm_90+)", dict(mode="epoch", tma=True)),
-}
-EPOCHS_TIMED = 3   # ladder: ms per epoch, the median of this many epochs
-
-
-# %% notebooks/11_fused.ipynb cell fl2-2
-def ladder(X, y, perm, hidden, batch_size, lr, seed=0, milestones=MILESTONES):
-    """Print each milestone's max |difference| to sgd_epoch_ref after one epoch and its ms per epoch; returns them."""
-    X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
-    _, want = sgd_epoch_ref(X, y, perm, init_params(hidden, seed, n_in=X.shape[1]).to_host(), batch_size, lr)
-    losses = cuda.device_array(len(perm) // batch_size, np.float32)
-    print(timing.label(f"{'':8s}{'what changes':70s}{'max |diff|':>11s}  ms per epoch"))
-    rows = {}
-    for name, (change, keywords) in milestones.items():
-        if keywords.get("tma") and not has_tma():
-            rows[name] = (None, None)
-            print(f"{name:8s}{change:70s}{'-':>11s}  " + ("no TMA off a GPU" if course.SIMULATOR else
-                                                          "not on this GPU (no TMA)"))
-            continue
-        params = init_params(hidden, seed, n_in=X.shape[1])          # the same start for every rung
-        trainer = FusedTrainer(params, batch_size, lr, **keywords)
-        trainer.epoch(X_d, y_d, perm_d, losses)                        # the epoch checked (and the warm-up)
-        got = params.to_host()
-        diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
-        ms = None if course.SIMULATOR else timing.wall_time(
-            functools.partial(trainer.epoch, X_d, y_d, perm_d, losses), repeat=EPOCHS_TIMED, warmup=0)
-        rows[name] = (diff, ms)
-        unused = keywords.get("tma") and trainer.Xt is None   # x_tiles: too few blocks for the copies
-        print(f"{name:8s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else f"{ms:.2f}")
-              + ("  (no bulk copies at this grid size)" if unused else ""))
-    return rows
-
-
-# %% notebooks/11_fused.ipynb cell ck2
-CLOCK_PARTS = {    # name: (from point, to point, blocks measured); "tiles": blocks with a tile, "rows": with a row
-    "A: X[batch, tile] into shared memory": (AT_STEP, AT_X_STAGED, "tiles"),
-    "A: X W1 in registers, added across lanes (shuffles) and into Z (atomics)": (AT_X_STAGED, AT_Z_ADDED, "tiles"),
-    "A: the step before's W2, b1, b2 (a unit per block; nothing when blocks are spare)": (AT_Z_ADDED, AT_BARRIER_1, "tiles"),
-    "the step before's W2, b1, b2 in the spare blocks (off the path: from C to barrier 1)": (AT_Z_ADDED, AT_BARRIER_1, "spare"),
-    "spare: H, dH, dZ2 staged": (AT_Z_ADDED, AT_SPARE_STAGED, "spare"),
-    "spare: sums, W2, b1, b2 written": (AT_SPARE_STAGED, AT_BARRIER_1, "spare"),
-    "barrier 1 (last arrival to first release)": (AT_BARRIER_1, AFTER_BARRIER_1, "barrier"),
-    "B: H[r], the logits' sums in each warp": (AFTER_BARRIER_1, AT_LOGITS, "rows"),
-    "B: softmax, dZ2": (AT_LOGITS, AT_DZ2, "rows"),
-    "B: dH": (AT_DZ2, AT_BARRIER_2, "rows"),
-    "barrier 2 (last arrival to first release)": (AT_BARRIER_2, AFTER_BARRIER_2, "barrier"),
-    "C: dH[:, tile] into shared memory": (AFTER_BARRIER_2, AT_DH_STAGED, "tiles"),
-    "C: dW1 = X^T dH in registers, 4 x 4 blocks": (AT_DH_STAGED, AT_DW1_SUMS, "tiles"),
-    "C: the blocks added across lanes (shuffles), W1 updated": (AT_DW1_SUMS, AT_W1_UPDATED, "tiles"),
-}
-
-
-# %% notebooks/11_fused.ipynb cell ck2-2
-def clock_report(T, ntiles, batch_size, skip=10, parts=CLOCK_PARTS):
-    """Microseconds of each part of a step from timed_epoch's clocks T (steps, blocks, NPOINTS): for each part the
-    slowest block of those doing it, then the median over the steps (the first `skip` and the last left out);
-    "spare": the blocks without a tile, when there are any. parts: {name: (from point, to point, blocks)}.
-    A barrier: from the last block's arrival to the first block's release. Also "step": the median time from one
-    step's start to the next. Returns {part: µs}."""
-    T = T[skip:-1] if len(T) > skip + 2 else T
-    blocks = {"tiles": slice(0, min(ntiles, T.shape[1])), "rows": slice(0, min(batch_size, T.shape[1])),
-              "spare": slice(ntiles, T.shape[1])}
-    out = {}
-    for name, (a, b, who) in parts.items():
-        if who == "spare" and T.shape[1] <= ntiles:
-            continue                             # no block without a tile
-        if who == "barrier":
-            us = T[:, :, b].min(axis=1) - T[:, :, a].max(axis=1)
-        else:
-            us = (T[:, blocks[who], b] - T[:, blocks[who], a]).max(axis=1)
-        out[name] = float(np.median(us)) / 1e3
-    out["step"] = float(np.median(np.diff(T[:, 0, 0]))) / 1e3 if len(T) > 1 else float("nan")
-    return out

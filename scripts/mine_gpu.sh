@@ -2,7 +2,7 @@
 # Issue 11 on a GPU: a simulated student does every exercise of 01-12 (their solutions typed into the exercise
 # cells, each check run, so each passing one is saved by course.mine), then `python -m course train --mine` trains
 # the 784-128-10 MLP for 10 epochs on their kernels. Fails unless every piece the trainer runs is the student's and
-# the test accuracy is >= 0.974. Then the fused epoch kernel (notebook 11) trains 10 epochs on the student's halve
+# the test accuracy is >= 0.974. Then the fused epoch kernel (notebooks 11 and 12) trains 10 epochs on the student's halve
 # (exercise 11.2), to the same bar. Writes notebooks/results/mine-<gpu>.json (default name mine-h200.json).
 #   usage: scripts/mine_gpu.sh [OUT_JSON]
 set -euo pipefail

@@ -1,6 +1,6 @@
 """Check and time course.fused on the GPU (784-128-10, batch 64): every mode against the NumPy twin at full size (20
 steps), ms per epoch of the epoch kernel, where each microsecond of a step goes (the clocks inside the kernel,
-course.fused.clock_report), and the test accuracy after 3 epochs against the plain loop. The figures of
+course.epoch.clock_report), and the test accuracy after 3 epochs against the plain loop. The figures of
 notebooks/results/fused-h200.json come from this script.
 
 Usage: python scripts/tune_fused.py [--quick] [--small-x=N] [--no-copies] [NAME=VALUE ...]
@@ -15,6 +15,7 @@ import numpy as np
 from numba import cuda
 
 import course  # noqa: F401  (first: it picks the GPU or the simulator)
+import course.epoch as epoch
 import course.fused as fused
 
 for arg in sys.argv[1:]:
@@ -68,7 +69,7 @@ print(f"epoch: {ms:.2f} ms ({ms / nsteps * 1e3:.2f} us per step), blocks {traine
 # 3. the clocks
 T = trainer.timed_epoch(X_d, y_d, perm_d, losses)
 print(f"clocks ({len(T)} steps, {T.shape[1]} blocks; the slowest block of each part, median over the steps):")
-for name, us in fused.clock_report(T, trainer.ntiles, B).items():
+for name, us in epoch.clock_report(T, trainer.ntiles, B).items():
     print(f"  {name:45s} {us:7.2f} us")
 
 # 4. accuracy after 3 epochs, fused vs plain

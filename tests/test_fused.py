@@ -160,7 +160,8 @@ def test_clocks_are_recorded_in_order_and_reported(data):
     """timed_epoch: every recorded point of every step, in the order the kernel passes them (in the simulator the
     host's clock); clock_report gives a number for each part; clocks are refused outside mode "epoch"."""
     from numba import cuda
-    from course.fused import CLOCK_PARTS, NPOINTS, clock_report
+    from course.epoch import CLOCK_PARTS, clock_report
+    from course.fused import NPOINTS
     X, y = data[0], data[1]
     t = FusedTrainer(init_params(HIDDEN, SEED, n_in=X.shape[1]), BATCH, LR, mode="epoch")
     X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(np.arange(2 * BATCH))
@@ -181,11 +182,12 @@ def test_clocks_are_recorded_in_order_and_reported(data):
 
 @pytest.mark.slow
 def test_the_ladder_matches_the_numpy_twin(data, capsys):
-    """ladder: each milestone (course.fused.MILESTONES) trained one epoch of 2 steps at an odd batch size (7) and
+    """ladder: each milestone (course.epoch.MILESTONES) trained one epoch of 2 steps at an odd batch size (7) and
     7 hidden units (one tile, its last unit past the end: kept in shared memory by the epoch kernel; on a GPU 8
     blocks, one without a batch row, so fused4 gathers X for the TMA) ends within float32 noise of sgd_epoch_ref; one
     printed row each; fused4 a row that says why it did not run where the device has no TMA."""
-    from course.fused import MILESTONES, has_tma, ladder
+    from course.epoch import MILESTONES, ladder
+    from course.fused import has_tma
     X, y = data[0], data[1]
     perm = np.random.default_rng(4).permutation(len(X))[:7 * 2]
     rows = ladder(X, y, perm, 7, 7, LR, seed=SEED)

@@ -106,12 +106,12 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
     assert f"test accuracy {sgd_run['epoch'][-1]['test_acc']:.4f}" in out                # course.mine.trained's line
     assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out, out
-    for name in ("07_landscape.ipynb", "11_fused.ipynb"):  # 07's and 11's last cells, the same way
+    for name in ("07_landscape.ipynb", "12_epoch.ipynb"):  # 07's and 12's last cells, the same way
         cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
         mine.run_cell(dict(course=course, run=mine_run, plain_run=mine_run, fused_run=mine_run, plain_s=0.5), cell,
                       f"<{name} payoff>")
     out = capsys.readouterr().out
-    assert out.count("11 of 11 pieces run your code") == 2, out  # 07 and 11: training and the surfaces, the plain loop
+    assert out.count("11 of 11 pieces run your code") == 2, out  # 07 and 12: training and the surfaces, the plain loop
     acc = f"test accuracy {mine_run['epoch'][-1]['test_acc']:.4f}"
     assert f"the network of the pictures: {acc}" in out and f"the plain loop: {acc}" in out, out
     assert f"the fused epoch kernel: {acc}, its reduce-scatter steps (halve) on the course's kernels" in out, out

@@ -324,11 +324,11 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "\"6.1\", \"6.2\"]  # what training and the surfaces ran on\n"
         "course.mine.report(pieces)\n"
         "print(course.mine.trained(run, \"the network of the pictures\", course.mine.step_pieces(\"sgd\")))"),
-    "11_fused.ipynb": (
+    "12_epoch.ipynb": (
         "## Your kernels, plain and fused\n\n"
         "The plain loop timed above (`fit`, notebook 06's recipe) ran your passing kernels wherever "
         "`course.use_mine()` in the first cell found them, and the fused epoch kernel (`fit_fused`) ran your `halve` "
-        "(exercise 11.2) if it had passed then (a pass in this session counts from the next run of the notebook). "
+        "(exercise 11.2) if it had passed its check in notebook 11. "
         "Here is whose each piece was, and one line per run that says whose kernels trained it, where, and at which "
         "sizes (without a GPU the notebook's sizes are small: the line says so).",
         "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
@@ -343,7 +343,7 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
 
 
 def add_mine_cells(nb, name):
-    """Student copies of 03-10 call course.use_mine() in their first cell; 06, 07 and 10 end with what ran on the
+    """Student copies from 03 on call course.use_mine() in their first cell; 06, 07 and 12 end with what ran on the
     student's kernels (the payoff). Every student copy's first cells also get the Colab badge and block (course/tools/colab.py)."""
     from .colab import add_colab
     add_colab(nb, name)
