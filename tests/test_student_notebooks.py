@@ -15,7 +15,7 @@ from nbclient.exceptions import CellExecutionError
 from course.tools import nbtools
 
 STUDENT = sorted(nbtools.EXERCISES.glob("*.ipynb"))
-DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_time", "09_matmul", "10_phases", "11_fused", "13_race"]
+DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_time", "09_matmul", "10_phases", "12_epoch", "13_race"]
 
 
 def first_exercise(path):

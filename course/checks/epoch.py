@@ -66,7 +66,7 @@ def _number(ex, case, got, want, wrong, hint):
 
 @exercise("12.1", nudges=(
     "A step waits for its slowest block, so in each step one block's time stands for the part. Which block, and over which blocks do you look?",
-    "First one number per step (the slowest block's time between the two points), then one number for the epoch: the step the middle of the sorted ones, not the average, which a few slow steps would pull up. The clocks count nanoseconds.",
+    "First one number per step (the slowest block's time between the two points), then one number for the epoch: the median step, the middle one once they are sorted, not the average, which a few slow steps would pull up. The clocks count nanoseconds.",
 ), more="""\
   slowest = (T[:, blocks, end] - T[:, blocks, start]).max(axis=1)   # (steps,): the slowest block of each step
   return float(np.median(slowest)) / 1e3                            # the median step, ns -> µs""")
