@@ -87,6 +87,24 @@ def test_halve_check_rejects(old, new):
         checks.check_halve(mutant(halve, old, new))
 
 
+def test_halve_with_a_shuffle_in_each_branch_is_refused_by_reading_its_code():
+    """A fresh reader's answer (issue 28): the upper and lower lanes each call shfl_xor in their own branch. The
+    simulator's stand-in gives the right sums; on a GPU it is undefined. The check reads the code and says so; a
+    conditional expression that picks what to send (the solution) is not a branch around the call."""
+    both = mutant(halve, """        send = acc[k] if upper else acc[k + half]
+        keep = acc[k + half] if upper else acc[k]
+        acc[k] = keep + shfl_xor(scr, send, mask)""", """        if upper:
+            acc[k] = acc[k + half] + shfl_xor(scr, acc[k], mask)
+        else:
+            acc[k] = acc[k] + shfl_xor(scr, acc[k + half], mask)""")
+    with pytest.raises(CheckFailure, match="Exercise 11.2") as e:
+        checks.check_halve(both)
+    assert "inside an `if`/`else` branch" in str(e.value), str(e.value)
+    assert checks.shuffle_in_a_branch(halve) is None and checks.shuffle_in_a_branch(warp_sum) is None
+    ternary = mutant(halve, "acc[k] = keep + shfl_xor(scr, send, mask)",
+                     "acc[k] = keep + (shfl_xor(scr, send, mask) if upper else shfl_xor(scr, send, mask))")
+    assert checks.shuffle_in_a_branch(ternary) is not None   # the arms of a conditional expression are branches too
+
 def test_warp_sum_check_rejects_a_sum_through_shared_memory_that_a_second_call_overwrites():
     """A student's answer without shuffles (a fresh student's, issue 28): each lane writes scr, one barrier, then
     sums its warp's 32 cells. Called once it is right; called twice in a row, the second call's writes land while

@@ -1,5 +1,9 @@
 """Checks for the exercises of notebooks 10 and 11: the grid barrier's count (10.2), a warp's sum by shuffles (11.1),
 one step of a reduce-scatter (11.2)."""
+import ast
+import inspect
+import textwrap
+
 import numpy as np
 from numba import cuda, float32
 
@@ -8,6 +12,51 @@ from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_
 WARP = 32
 SCRATCH = 1024  # the check's kernel: a shared cell per thread for the simulator's shuffles (blocks up to 1024)
 ACC = 16        # values per thread in exercise 11.2's check, as phase B's 16 classes
+
+
+SHUFFLES = ("shfl_xor", "shfl_xor_sync", "shfl_sync", "shfl_up_sync", "shfl_down_sync")
+
+
+def shuffle_in_a_branch(fn):
+    """The line (in fn's source) of a warp shuffle called inside a branch (an `if`/`else` or a conditional
+    expression's arms), or None. The simulator cannot see it; on a GPU the lanes of a warp must all make the same
+    shuffle call, so two calls in two arms is undefined. None also when fn's source cannot be read."""
+    py = getattr(fn, "py_func", fn)
+    try:
+        src = textwrap.dedent(inspect.getsource(py))
+        first = inspect.getsourcelines(py)[1]
+        tree = ast.parse(src)
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+    def walk(node, in_branch):
+        if isinstance(node, ast.Call) and in_branch:
+            f = node.func
+            if getattr(f, "id", None) in SHUFFLES or getattr(f, "attr", None) in SHUFFLES:
+                return first + node.lineno - 1
+        if isinstance(node, (ast.If, ast.IfExp)):
+            branches = (node.body if isinstance(node, ast.If) else [node.body]) + \
+                       (node.orelse if isinstance(node, ast.If) else [node.orelse])
+            children = [(node.test, in_branch)] + [(b, True) for b in branches]
+        else:
+            children = [(c, in_branch) for c in ast.iter_child_nodes(node)]
+        for child, branch in children:
+            line = walk(child, branch)
+            if line is not None:
+                return line
+        return None
+    return walk(tree, False)
+
+
+def _no_shuffle_in_a_branch(ex, fn):
+    """Fail when fn calls a shuffle inside a branch (shuffle_in_a_branch)."""
+    __tracebackhide__ = True
+    line = shuffle_in_a_branch(fn)
+    if line is not None:
+        fail(ex, "reading your function's code", f"a shuffle is called inside an `if`/`else` branch (line {line}): "
+             "every lane must call shfl_xor in every exchange, and at the same call: on a GPU, calls in different "
+             "branches are undefined (the simulator cannot show it)", "choose what to send first (a conditional "
+             "expression can), then call shfl_xor once, outside any branch, in every lane")
 
 
 def _warp_sum_kernel(warp_sum):
@@ -47,6 +96,7 @@ def warp_sums_ref(x):
 def check_warp_sum(warp_sum, seed=0):
     """Exercise 11.1: every thread gets its warp's sum, for blocks of 1-4 warps and sizes that are and are not whole
     warps and blocks."""
+    _no_shuffle_in_a_branch("Exercise 11.1", warp_sum)
     rng = np.random.default_rng(seed)
     cases = []
     for n, block in ((64, 32), (100, 32), (256, 128), (300, 96), (37, 64), *on_a_gpu((2_100, MAX_THREADS))):
@@ -148,6 +198,7 @@ def check_halve(halve, seed=0):
     """Exercise 11.2: after one halve(acc, half, mask, scr), acc[:half] holds the sums of the kept classes of each
     lane and its partner, for the (half, mask) pairs the fused kernels use, blocks of 1-4 warps and sizes that are
     and are not whole blocks."""
+    _no_shuffle_in_a_branch("Exercise 11.2", halve)
     rng = np.random.default_rng(seed)
     cases = []
     for (half, mask), n, block in (((8, 16), 64, 32), ((4, 8), 100, 64), ((2, 4), 256, 128), ((1, 2), 300, 96),
