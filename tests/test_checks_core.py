@@ -204,7 +204,7 @@ CODE = re.compile(r"\w\[[^\]]*\] *[-+*/]?= |^\s*(for|if|while|return)\b.*:|\w = 
 
 
 def test_every_check_has_a_hint_ladder_of_nudges_then_the_answer():
-    import course.checks.train, course.checks.time, course.checks.matmul, course.checks.fused, course.checks.race  # noqa: F401,E401
+    import course.checks.train, course.checks.time, course.checks.matmul, course.checks.fused, course.checks.race, course.checks.epoch  # noqa: F401,E401
     for number in EXERCISES:
         assert len(core.HINTS[number].splitlines()) >= 2, number   # the last level: the answer's code
         assert len(core.LADDERS[number]) >= 2, number             # at least two nudges before it
@@ -359,7 +359,7 @@ def test_a_build_without_hint_answers_holds_no_answer(tmp_path):
     from course.tools.teach import without_hint_answers
     for f in Path(core._CHECKS_DIR).glob("*.py"):
         shutil.copy(f, tmp_path / f.name)
-    import course.checks.train  # noqa: F401  (every exercise registered)
+    import course.checks.train, course.checks.epoch  # noqa: F401,E401  (every exercise registered)
     assert without_hint_answers(tmp_path) == len(EXERCISES)
     text = "\n".join(p.read_text() for p in tmp_path.glob("*.py"))
     for number in EXERCISES:  # (a docstring may still state the spec's formula)
