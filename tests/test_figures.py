@@ -439,6 +439,8 @@ FIGURES = [
         Json(BENCH, "rows[impl=course_plain].epoch_s"), Json(BENCH, "rows[impl=course_plain_graph].epoch_s")), tol=0.05),
     Fig("08", "cg10", r"timed the plain loop at (\d+) ms direct", Out("08", "cg9", r"plain \(15 launches/step\)\s+[\d.]+ µs per step\s+->\s+([\d.]+) ms")),
     Fig("08", "cg10", r"\((\d+) times in the cell above\)", calc(lambda p, g: p / g, Out("08", "cg9", r"plain \(15 launches/step\)\s+[\d.]+ µs per step\s+->\s+([\d.]+) ms"), Out("08", "cg9", r"plain, graph\s+[\d.]+ µs per step\s+->\s+([\d.]+) ms"))),
+    Fig("08", "cg10", r"Its plain step, ([\d.]+) µs", Out("08", "cg9", r"plain \(15 launches/step\)\s+([\d.]+) µs per step")),
+    Fig("08", "cg10", r"longer than section 2's (\d+) µs", STEP_WALL),
     Fig("08", "cg10", r"A replayed step\s+\((\d+) µs\)", Out("08", "cg9", r"plain, graph\s+([\d.]+) µs per step")),
     Fig("08", "cg10", r"sum of bars \((\d+) µs\)", Out("08", "c015", r"sum of kernels\s+([\d.]+) µs")),
     Fig("08", "cg10", r"almost nothing read about (\d+) µs", Out("08", "c015", r"zero loss\s+([\d.]+) µs")),
