@@ -50,6 +50,8 @@ PIECES = {  # exercise -> (piece, the course's object it replaces); only a same-
     "9.1": ("matmul v3 (register-blocked)", "course.matmul:matmul_v3_kernel"),
     "10.1": ("grid-stride SGD", "course.merged:sgd_gridstride_kernel"),
     "11.2": ("reduce-scatter step (fused kernel)", "course.fused:halve"),
+    "12.1": ("a part's time (clock report)", "course.epoch:part_us"),
+    "12.2": ("a grid barrier's time (clock report)", "course.epoch:barrier_us"),
 }
 UPDATE = {"sgd": "5.1", "momentum": "5.2", "adam": "5.3"}
 STEP_PIECES = ("1.3", "2.3", "3.1", "3.2", "3.3", "4.1", "4.2", "4.3")  # what notebook 06's step runs, the update aside

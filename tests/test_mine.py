@@ -377,3 +377,30 @@ def test_a_passing_halve_runs_in_the_fused_epoch_kernel(tmp_path, monkeypatch):
     assert np.allclose(got["loss"], ref["loss"], atol=1e-6) and len(got["loss"]) == 2
     for k in ("W1", "b1", "W2", "b2"):
         assert np.allclose(got["params"][k].copy_to_host(), ref["params"][k].copy_to_host(), atol=1e-6), k
+
+
+def test_passing_clock_functions_feed_the_clock_report(tmp_path, monkeypatch):
+    """Exercises 12.1 and 12.2 join use_mine(): the passing part_us and barrier_us are saved, use_mine() puts them
+    into course.epoch, where clock_report calls them (the same report), and use_course() takes them out."""
+    import course.epoch as epoch
+    from course.checks.epoch import check_barrier_us, check_part_us, clock_table
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    cells = nbtools.read(nbtools.NOTEBOOKS / "12_epoch.ipynb")["cells"]
+    ns = {"__name__": "__main__", "np": np}                       # what the notebook imported before
+    for label, check, name in (("# Exercise 12.1", check_part_us, "part_us"),
+                               ("# Exercise 12.2", check_barrier_us, "barrier_us")):
+        cell = nbtools._strip(next(nbtools.source(c) for c in cells
+                                   if c["cell_type"] == "code" and label in nbtools.source(c)))
+        mine.run_cell(ns, cell, f"<12 cell {name}>")
+        check(ns[name])
+    T = clock_table(np.random.default_rng(1), 30, 132)
+    ref = epoch.clock_report(T, 128, 64)
+    originals = epoch.part_us, epoch.barrier_us
+    try:
+        assert whose(mine.use_mine(["12.1", "12.2"], quiet=True)) == {"12.1": "yours", "12.2": "yours"}
+        assert epoch.part_us is not originals[0]
+        assert epoch.part_us.__code__.co_filename == str(tmp_path / "mine" / "ex_12_1.py")
+        assert epoch.clock_report(T, 128, 64) == ref
+    finally:
+        mine.use_course()
+    assert (epoch.part_us, epoch.barrier_us) == originals

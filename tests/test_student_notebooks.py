@@ -136,7 +136,7 @@ def test_student_copy_with_solutions_refuses_a_missing_solution(tmp_path, monkey
         nbtools.student_copy_with_solutions("09_x.ipynb")
 
 
-def test_bench_table_shows_in_the_student_copy_of_12():
+def test_bench_table_shows_in_the_student_copy_of_13():
     """12's benchmark cell finds notebooks/results/bench-h200.json when run from notebooks/exercises/."""
     cells = nbformat.read(nbtools.EXERCISES / "13_race.ipynb", as_version=4).cells
     bench = next(c for c in cells if c.cell_type == "code" and "bench-h200.json" in c.source)
