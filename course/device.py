@@ -247,8 +247,8 @@ def patch_simulator():
        `swapped_cuda_module` swaps `cuda` in that module's globals per thread without a lock or a count, so one
        thread can restore the real module while another still runs ("module 'numba.cuda' has no attribute
        'local'"): https://github.com/NVIDIA/numba-cuda/pull/690 fixed it upstream; this installs the same fix
-       (a count per module under a lock: the first thread in swaps, the last one out restores) where it is
-       missing.
+       (a count per module under a lock: the first thread in swaps, the last one out restores), made robust
+       against threads stopped inside the swap and reused ids (`_counted_swap`, `heal_swaps`): on 0.30 too.
     3. Hooks for `instruments()`: new shared and local arrays can be filled and reported, atomic adds and
        barriers (`cuda.syncthreads()`) observed.
     4. Blocks run on reused threads that wait on one condition (`_install_block_pool`): the same semantics,
@@ -296,8 +296,7 @@ def patch_simulator():
         f._course = True
     K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = shared_array, local_array, atomic_add
     K.FakeCUDAModule.syncthreads = syncthreads
-    if not hasattr(K, "_swap_refcount"):  # numba-cuda < 0.30: no fix for the swap race (item 2)
-        kernel.swapped_cuda_module = K.swapped_cuda_module = _counted_swap
+    kernel.swapped_cuda_module = K.swapped_cuda_module = _counted_swap   # item 2, on every numba-cuda
     _install_block_pool(kernel)
 
 
@@ -364,6 +363,7 @@ def _install_launch_deadline(kernel):
         if getattr(self, "_device", False) or getattr(_launch, "deadline", None) is not None:
             return upstream(self, *args)
         import time
+        heal_swaps()                     # what a stopped launch's threads left behind (see _counted_swap)
         _launch.deadline = time.monotonic() + launch_deadline()
         try:
             return upstream(self, *args)
@@ -541,28 +541,66 @@ _FAKE = []
 
 
 _swap_lock = threading.Lock()
-_swaps = {}  # id(module globals) -> [threads inside, {name: real cuda module}]
+_swaps = {}  # id(module globals) -> [threads inside, {names that hold cuda}, the globals dict itself]
 
 
 @contextlib.contextmanager
 def _counted_swap(fn, fake_cuda_module):
-    """numba-cuda 0.30's swapped_cuda_module: the first thread in swaps `cuda` for the fake, the last one out
-    restores it (https://github.com/NVIDIA/numba-cuda/pull/690)."""
+    """The simulator's swapped_cuda_module, made robust: `cuda` in fn's module globals is the launch's fake module
+    while any simulated thread is inside, the real one after the last leaves.
+
+    numba-cuda 0.30 counts the threads inside per id(globals) (https://github.com/NVIDIA/numba-cuda/pull/690;
+    0.20.1 did not count at all). Two things break that count: a thread stopped inside the swap (`_stop` raises
+    _Stopped asynchronously, and it can land before the decrement), and the id of a dead globals dict reused by a
+    new one (checks build a fresh copy of a kernel's globals for each simulated twin). Either leaves a count that
+    never returns to 0, and every later launch from those globals then skips the swap and sees the real module:
+    "module 'numba.cuda' has no attribute 'grid'" for every kernel of the module, until the process restarts.
+    Here each entry keeps its dict (a reused id is a new entry), every entrance puts this launch's fake in place of
+    the real module or a stale fake, and `heal_swaps` clears what stopped threads left behind."""
     from numba import cuda
+    K, _ = internals()
     g = fn.__globals__
     with _swap_lock:
-        entry = _swaps.setdefault(id(g), [0, {}])
-        if entry[0] == 0:
-            entry[1] = {k: v for k, v in g.items() if v is cuda}
-            g.update(dict.fromkeys(entry[1], fake_cuda_module))
+        entry = _swaps.get(id(g))
+        if entry is None or entry[2] is not g:
+            entry = _swaps[id(g)] = [0, set(), g]
+        entry[1].update(k for k, v in g.items() if v is cuda or isinstance(v, K.FakeCUDAModule))
+        for k in entry[1]:
+            if g.get(k) is not fake_cuda_module:
+                g[k] = fake_cuda_module
         entry[0] += 1
     try:
         yield
     finally:
         with _swap_lock:
             entry[0] -= 1
-            if entry[0] == 0:
-                g.update(_swaps.pop(id(g))[1])
+            if entry[0] <= 0:
+                g.update(dict.fromkeys(entry[1], cuda))
+                if _swaps.get(id(g)) is entry:
+                    del _swaps[id(g)]
+
+
+def _threads_busy():
+    """Whether a simulated GPU thread is running a block now (a pooled worker not idle, or an upstream thread)."""
+    _, simkernel = internals()
+    worker = getattr(simkernel, "_CourseWorker", ())
+    return any(not t.idle.is_set() if isinstance(t, worker) else t.is_alive()
+               for t in threading.enumerate() if isinstance(t, simkernel.BlockThread))
+
+
+def heal_swaps():
+    """With no simulated thread running, no module can still be inside a swap: put the real `cuda` back wherever
+    a stopped thread left a count above 0 (see _counted_swap). Called before each launch from ordinary code.
+    Returns the number of entries cleared."""
+    if not _swaps or _threads_busy():
+        return 0
+    from numba import cuda
+    with _swap_lock:
+        stale = list(_swaps.values())
+        _swaps.clear()
+        for _, names, g in stale:
+            g.update(dict.fromkeys(names, cuda))
+    return len(stale)
 
 
 def _ignore(*args):
@@ -605,6 +643,7 @@ def settle_simulator(kernel, timeout=30.0):
             t.idle.wait(max(0.0, deadline - time.monotonic()))
         elif isinstance(t, simkernel.BlockThread):
             t.join(max(0.0, deadline - time.monotonic()))
+    heal_swaps()
     real = sys.modules["numba.cuda"]
     g = getattr(getattr(kernel, "py_func", kernel), "__globals__", None) or {}  # a launcher may be any callable
     for k, v in list(g.items()):

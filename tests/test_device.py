@@ -207,6 +207,58 @@ def test_the_cuda_swap_for_device_functions_lasts_until_the_last_thread_leaves()
     assert seen["inside"] is fake and mod.cuda is cuda
 
 
+
+def _module_with_a_kernel(name):
+    """A module of its own whose kernel needs the simulator's fake `cuda` (grid, shared): out[i] = i + 1."""
+    import types as pytypes
+    mod = pytypes.ModuleType(name)
+    mod.cuda, mod.float32 = cuda, float32
+    exec("def k(out):\n"
+         "    s = cuda.shared.array(8, float32)\n"
+         "    i = cuda.grid(1)\n"
+         "    s[cuda.threadIdx.x] = i + 1\n"
+         "    cuda.syncthreads()\n"
+         "    out[i] = s[cuda.threadIdx.x]\n", mod.__dict__)
+    mod.k = cuda.jit(mod.k)
+    return mod
+
+
+@sim_only
+def test_a_thread_stopped_inside_the_swap_leaves_later_launches_working():
+    """A simulated thread stopped inside swapped_cuda_module (its count never returns to 0), then the real module
+    forced back (settle_simulator after a failed check): every later launch of that module used to skip the swap
+    and fail with "module 'numba.cuda' has no attribute 'grid'" until a restart (a CI run under load)."""
+    K, _ = device.internals()
+    mod = _module_with_a_kernel("stopped_inside")
+    stuck = K.swapped_cuda_module(mod.k.fn, K.FakeCUDAModule((1, 1, 1), (8, 1, 1), 0))
+    stuck.__enter__()                               # a thread that never leaves
+    mod.cuda = cuda                                 # the real module forced back, the count still 1
+    out = np.zeros(8, np.float32)
+    mod.k[1, 8](out)                                # the launch heals first, and swaps
+    assert np.array_equal(out, np.arange(1, 9)) and mod.cuda is cuda
+    stuck = K.swapped_cuda_module(mod.k.fn, K.FakeCUDAModule((1, 1, 1), (8, 1, 1), 0))
+    stuck.__enter__()
+    assert device.heal_swaps() == 1 and mod.cuda is cuda   # settle_simulator's call, no thread running
+    mod.k[1, 8](out)
+    assert np.array_equal(out, np.arange(1, 9)) and mod.cuda is cuda
+
+
+@sim_only
+def test_a_reused_id_of_dead_globals_is_a_new_swap():
+    """Checks launch simulated twins built in fresh copies of a kernel's globals; a dead copy's id can come back
+    for a new one. An entry left under that id for another dict must not stop the new dict's swap."""
+    K, _ = device.internals()
+    mod = _module_with_a_kernel("reused_id")
+    device._swaps[id(mod.__dict__)] = [3, {"cuda"}, {"cuda": cuda}]   # what a dead dict of the same id left
+    fake = K.FakeCUDAModule((1, 1, 1), (8, 1, 1), 0)
+    with K.swapped_cuda_module(mod.k.fn, fake):     # a device function's call: no heal before it
+        assert mod.cuda is fake
+    assert mod.cuda is cuda
+    out = np.zeros(8, np.float32)
+    mod.k[1, 8](out)
+    assert np.array_equal(out, np.arange(1, 9)) and mod.cuda is cuda
+    assert id(mod.__dict__) not in device._swaps
+
 @cuda.jit
 def _block_reverse(x, out, stop):
     """Each block reverses its slice of x through shared memory; threads >= stop return before the barrier."""
