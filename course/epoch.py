@@ -96,7 +96,7 @@ def barrier_us(T, arrive, release):
 def clock_report(T, ntiles, batch_size, skip=10, parts=CLOCK_PARTS):
     """Microseconds of each part of a step from timed_epoch's clocks T (steps, blocks, NPOINTS), the first `skip`
     steps and the last left out: a part by part_us over the blocks that do it ("spare": the blocks without a tile,
-    when there are any), a barrier by barrier_us; and "step", the median time from one step's start to the next."""
+    when there are any), a barrier by barrier_us; and "step", the median time from one step's start to the next (two steps or more)."""
     T = T[skip:-1] if len(T) > skip + 2 else T
     blocks = {"tiles": slice(0, min(ntiles, T.shape[1])), "rows": slice(0, min(batch_size, T.shape[1])),
               "spare": slice(ntiles, T.shape[1])}
@@ -106,5 +106,6 @@ def clock_report(T, ntiles, batch_size, skip=10, parts=CLOCK_PARTS):
             out[name] = barrier_us(T, a, b)
         elif who != "spare" or T.shape[1] > ntiles:      # spare: only when some block has no tile
             out[name] = part_us(T, a, b, blocks[who])
-    out["step"] = float(np.median(np.diff(T[:, 0, 0]))) / 1e3 if len(T) > 1 else float("nan")
+    if len(T) > 1:                                       # one step (the simulator's): no step after it
+        out["step"] = float(np.median(np.diff(T[:, 0, 0]))) / 1e3
     return out

@@ -97,3 +97,4 @@ def test_clock_report_is_the_two_rules():
     assert report["step"] == pytest.approx(np.median(np.diff(kept[:, 0, 0])) / 1e3)
     spare = {k for k, (_, _, who) in CLOCK_PARTS.items() if who == "spare"}
     assert spare and not spare & set(clock_report(T[:, :128], 128, 64))   # no spare blocks: no spare parts
+    assert "step" not in clock_report(T[:1], 128, 64)   # one step (the simulator's): no time from it to the next
