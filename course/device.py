@@ -305,6 +305,7 @@ _idle = {}               # (block shape, debug) -> its idle workers, least recen
 LAUNCH_DEADLINE_S = 120.0  # a simulated launch running longer is stopped (a notebook runs in under 2 minutes)
 DEADLINE_ENV = "COURSE_SIM_DEADLINE"  # seconds, to change LAUNCH_DEADLINE_S
 STOP_WAIT_S = 5.0        # how long stopping a launch waits for its threads to unwind
+ABORT_QUIET_S = 0.5      # a failed block's other threads end on their own while one ends at least this often
 WAKE_S = 0.1             # a launch's waiting thread looks at the clock (and at a pending Ctrl-C) this often
 STOP_SWITCH_S = 1e-4     # the interpreter's thread switch interval meanwhile (Python's default: 5 ms)
 _launch = threading.local()  # .deadline: time.monotonic() by which the current launch must end
@@ -332,13 +333,17 @@ def _raise_in(thread, exc_type):
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
 
 
-def _stop(workers, manager):
-    """Stop a block's threads: those at a barrier are woken to abort, the others get _Stopped; then retire them."""
+def _stop(workers, manager, patience=False):
+    """Stop a block's threads: those at a barrier are woken to abort; with `patience`, those still running may end
+    on their own (see _wait_while_ending); the rest get _Stopped; then retire them. A thread that does not unwind within STOP_WAIT_S is marked retired: nothing
+    waits for it any more (see _threads_busy), and a device function it calls raises (see _counted_swap)."""
     import time
     for w in workers:
         w.abort = True
     with manager._cond:
         manager._cond.notify_all()
+    if patience:
+        _wait_while_ending(workers)
     for w in workers:
         if not w.idle.is_set() and w.is_alive():
             _raise_in(w, _Stopped)
@@ -347,10 +352,24 @@ def _stop(workers, manager):
     try:
         for w in workers:
             w.idle.wait(max(0.0, until - time.monotonic()))
+            w.retired = not w.idle.is_set()
             w.job = None  # after its block: it leaves its loop instead of waiting for the next one
             w.go.release()
     finally:
         sys.setswitchinterval(interval)
+
+
+def _wait_while_ending(workers):
+    """Wait while a failed block's other threads end on their own (at their next barrier, or by returning): until
+    all have, or none has for ABORT_QUIET_S (those spin). An asynchronous _Stopped can land anywhere, inside a
+    swap of `cuda` too (see _counted_swap): it is kept for threads that would never end."""
+    running = [w for w in workers if not w.idle.is_set()]
+    while running:
+        running[0].idle.wait(ABORT_QUIET_S)
+        still = [w for w in running if not w.idle.is_set()]
+        if len(still) == len(running):
+            return
+        running = still
 
 
 def _install_launch_deadline(kernel):
@@ -369,6 +388,7 @@ def _install_launch_deadline(kernel):
             return upstream(self, *args)
         finally:
             _launch.deadline = None
+            heal_swaps()                 # host code after a failed launch sees the real module
 
     call._course = True
     kernel.FakeCUDAKernel.__call__ = call
@@ -392,7 +412,7 @@ def _install_block_pool(kernel):
 
         def __init__(self, manager, threadIdx, debug):
             super().__init__(None, manager, (0, 0, 0), threadIdx, debug)
-            self.go, self.idle, self.job = threading.Semaphore(0), threading.Event(), None
+            self.go, self.idle, self.job, self.retired = threading.Semaphore(0), threading.Event(), None, False
             self.idle.set()
 
         def run(self):
@@ -483,7 +503,7 @@ def _install_block_pool(kernel):
                                  f"something that never happens? (block {list(grid_point)}; the simulator stopped "
                                  f"it; {DEADLINE_ENV}=SECONDS changes the limit)")
         if failed is not None:            # abort the block; its workers are retired once they unwind
-            _stop(workers, self)
+            _stop(workers, self, patience=True)   # no asynchronous _Stopped unless a thread spins
             raise failed.exception[0].with_traceback(failed.exception[1])
         _idle[key] = workers
         while sum(map(len, _idle.values())) > MAX_IDLE_THREADS:
@@ -556,9 +576,13 @@ def _counted_swap(fn, fake_cuda_module):
     never returns to 0, and every later launch from those globals then skips the swap and sees the real module:
     "module 'numba.cuda' has no attribute 'grid'" for every kernel of the module, until the process restarts.
     Here each entry keeps its dict (a reused id is a new entry), every entrance puts this launch's fake in place of
-    the real module or a stale fake, and `heal_swaps` clears what stopped threads left behind."""
+    the real module or a stale fake, and `heal_swaps` clears what stopped threads left behind. A thread that leaves
+    after heal_swaps cleared its entry restores nothing (a later launch may be using that module), and a thread of
+    an aborted block swaps nothing: it raises, as it would at its next barrier."""
     from numba import cuda
     K, _ = internals()
+    if getattr(threading.current_thread(), "abort", False):   # a thread of a failed or stopped block
+        raise RuntimeError("abort flag set on a device function call")
     g = fn.__globals__
     with _swap_lock:
         entry = _swaps.get(id(g))
@@ -574,24 +598,23 @@ def _counted_swap(fn, fake_cuda_module):
     finally:
         with _swap_lock:
             entry[0] -= 1
-            if entry[0] <= 0:
-                g.update(dict.fromkeys(entry[1], cuda))
-                if _swaps.get(id(g)) is entry:
-                    del _swaps[id(g)]
+            if entry[0] <= 0 and _swaps.get(id(g)) is entry:   # not once heal_swaps cleared it: a later launch's
+                g.update(dict.fromkeys(entry[1], cuda))           # entry may be in place by now
+                del _swaps[id(g)]
 
 
 def _threads_busy():
     """Whether a simulated GPU thread is running a block now (a pooled worker not idle, or an upstream thread)."""
     _, simkernel = internals()
     worker = getattr(simkernel, "_CourseWorker", ())
-    return any(not t.idle.is_set() if isinstance(t, worker) else t.is_alive()
+    return any((not t.idle.is_set() and not t.retired) if isinstance(t, worker) else t.is_alive()
                for t in threading.enumerate() if isinstance(t, simkernel.BlockThread))
 
 
 def heal_swaps():
-    """With no simulated thread running, no module can still be inside a swap: put the real `cuda` back wherever
-    a stopped thread left a count above 0 (see _counted_swap). Called before each launch from ordinary code.
-    Returns the number of entries cleared."""
+    """With no simulated thread running (a retired one does not count), no module can still be inside a swap: put
+    the real `cuda` back wherever a stopped thread left a count above 0 (see _counted_swap). Called before and
+    after each launch from ordinary code, and by settle_simulator. Returns the number of entries cleared."""
     if not _swaps or _threads_busy():
         return 0
     from numba import cuda

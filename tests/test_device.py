@@ -259,6 +259,71 @@ def test_a_reused_id_of_dead_globals_is_a_new_swap():
     assert np.array_equal(out, np.arange(1, 9)) and mod.cuda is cuda
     assert id(mod.__dict__) not in device._swaps
 
+@sim_only
+def test_a_thread_leaving_after_a_heal_does_not_undo_a_later_swap():
+    """A thread retired by _stop that leaves its swap after heal_swaps cleared it must not put the real module back
+    under a later launch's threads, and a thread of an aborted block swaps nothing."""
+    import threading
+    K, _ = device.internals()
+    mod = _module_with_a_kernel("late_exit")
+    late = K.swapped_cuda_module(mod.k.fn, K.FakeCUDAModule((1, 1, 1), (8, 1, 1), 0))
+    late.__enter__()                                # a retired thread, still inside
+    assert device.heal_swaps() == 1 and mod.cuda is cuda
+    fake = K.FakeCUDAModule((1, 1, 1), (8, 1, 1), 0)
+    with K.swapped_cuda_module(mod.k.fn, fake):     # a later launch
+        late.__exit__(None, None, None)             # the retired thread leaves at last
+        assert mod.cuda is fake
+    assert mod.cuda is cuda and id(mod.__dict__) not in device._swaps
+    seen = []
+
+    def aborted():
+        threading.current_thread().abort = True     # as _stop marks a failed block's threads
+        try:
+            with K.swapped_cuda_module(mod.k.fn, fake):
+                seen.append("inside")
+        except RuntimeError as e:
+            seen.append(str(e))
+    t = threading.Thread(target=aborted)
+    t.start(), t.join()
+    assert seen == ["abort flag set on a device function call"] and mod.cuda is cuda
+
+
+def _module_with_a_device_function(name):
+    """A module of its own with a short device function (as course.forward's, called from another module)."""
+    import types as pytypes
+    mod = pytypes.ModuleType(name)
+    mod.cuda = cuda
+    exec("def short(t):\n"
+         "    return t + cuda.threadIdx.x\n", mod.__dict__)
+    mod.short = cuda.jit(device=True)(mod.short)
+    return mod
+
+
+_short_module = _module_with_a_device_function("short_device")
+_short = _short_module.short
+
+
+@cuda.jit
+def _fail_while_others_call(out):
+    t = cuda.threadIdx.x
+    if t == 5:
+        raise ValueError("thread 5")
+    for j in range(1000):               # most of a thread's time in and out of the other module's swap
+        out[t] = _short(j)
+
+
+@sim_only
+def test_host_code_after_a_failed_block_sees_the_real_cuda():
+    """A block fails while its other threads are inside another module's device function: host code of that
+    module, right after the launch raised, must see the real `cuda` (a CI run under load saw the fake in
+    course.forward's `cuda.device_array`: a stopped thread's swap, left behind)."""
+    for trial in range(6):
+        with pytest.raises(ValueError, match="thread 5"):
+            _fail_while_others_call[1, 64](np.zeros(64, np.float32))
+        assert _short_module.cuda is cuda, trial
+        assert not device._swaps, trial
+
+
 @cuda.jit
 def _block_reverse(x, out, stop):
     """Each block reverses its slice of x through shared memory; threads >= stop return before the barrier."""
