@@ -1,5 +1,6 @@
 """`python -m course race` and `course.tools.scaling`: the rules of the race, a quick run, the committed results."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -27,9 +28,17 @@ def test_intervals_cover_the_epoch_once(steps):
     assert all(b == c for (_, b), (c, _) in zip(iv, iv[1:])) and len(iv) == min(steps, race.EVALS_PER_EPOCH)
 
 
-def test_the_clock_stops_at_the_first_point_at_the_target():
-    assert race.seconds_to([(0.1, 0.9), (0.2, 0.975), (0.3, 0.99)], 0.975) == 0.2
-    assert race.seconds_to([(0.1, 0.9), (0.2, 0.97)], 0.975) is None
+def test_the_clock_stops_at_the_first_point_at_the_target(monkeypatch):
+    """A run's clock is notebook 13's time_to_target over the intervals of its cumulative points."""
+    from course.tools.race import Recipe
+    points = [(0.1, 0.9), (0.2, 0.975), (0.3, 0.99)]
+    monkeypatch.setitem(race.RUNNERS, "course_fused", lambda data, recipe, seed, quick: iter(points))
+    r = Recipe("course_fused", 64, 0.1, "const", 0.0)
+    secs, epochs, best = race.run_to_target({"course": None}, r, 0, 0.975)
+    assert math.isclose(secs, 0.2) and epochs == 2 / race.EVALS_PER_EPOCH and best == 0.975
+    points[1:] = [(0.2, 0.97)]                      # never at the target
+    assert race.run_to_target({"course": None}, r, 0, 0.975)[0] is None
+    assert race.time_to_target is __import__("course.race").race.time_to_target
 
 
 def test_both_sides_get_the_same_schedules_and_pytorch_the_wider_sweep():

@@ -24,6 +24,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from course.race import recipe_time, time_to_target
+
 TARGET = 0.975          # test accuracy to reach
 EVALS_PER_EPOCH = 4     # evaluation points (and learning-rate changes) per epoch
 SEEDS = 5               # seeds for the final rows; the sweep uses one
@@ -73,11 +75,6 @@ def intervals(steps):
     """(first step, end step) of each evaluation interval of an epoch of `steps` steps."""
     cuts = [round(k * steps / EVALS_PER_EPOCH) for k in range(EVALS_PER_EPOCH + 1)]
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
-
-
-def seconds_to(points, target):
-    """The clock at the first (seconds, accuracy) point whose accuracy reaches target, else None."""
-    return next((s for s, acc in points if acc >= target), None)
 
 
 # --- the runners: each yields (training seconds so far, test accuracy) at every evaluation point -------------
@@ -273,20 +270,24 @@ RUNNERS = {"course_fused": run_course_fused, "pytorch_graph": run_pytorch_graph,
            "pytorch_compile": run_pytorch_compile, "pytorch_eager": run_pytorch_eager}
 
 
-def time_to_target(data, recipe, seed, target, quick=False):
-    """(seconds to target or None, epochs run, best accuracy) of one run; it stops at the target."""
-    best, epochs = 0.0, 0.0
-    for k, (seconds, acc) in enumerate(RUNNERS[recipe.impl](data[recipe.impl.split("_")[0]], recipe, seed, quick)):
-        best, epochs = max(best, acc), (k + 1) / EVALS_PER_EPOCH
+def run_to_target(data, recipe, seed, target, quick=False):
+    """(seconds to target or None, epochs run, best accuracy) of one run; it stops at the target. The clock is
+    notebook 13's `time_to_target` (exercise 13.1) over the run's log of (interval seconds, accuracy)."""
+    log, clock, best = [], 0.0, 0.0
+    for seconds, acc in RUNNERS[recipe.impl](data[recipe.impl.split("_")[0]], recipe, seed, quick):
+        log.append((seconds - clock, acc))
+        clock, best = seconds, max(best, acc)
         if acc >= target:
-            return seconds, epochs, best
-    return None, epochs, best
+            break
+    return time_to_target(log, target), len(log) / EVALS_PER_EPOCH, best
 
 
 def row(recipe, stage, runs):
-    """A JSON row: the recipe, the median over seeds (None where any seed missed the target), each seed's time."""
+    """A JSON row: the recipe, the median over seeds (None where any seed missed the target: notebook 13's
+    `recipe_time`, exercise 13.2), each seed's time."""
     secs = [r[0] for r in runs]
-    med = None if any(s is None for s in secs) else float(np.median(secs))
+    med = recipe_time(secs)
+    med = None if med is None else float(med)
     return dict(recipe._asdict(), stage=stage, seconds_to_target=med, seeds=secs,
                 epochs_to_target=[r[1] if r[0] is not None else None for r in runs],
                 best_acc=[round(r[2], 4) for r in runs])
@@ -306,7 +307,7 @@ def race(data, quick=False, target=TARGET, seeds=SEEDS, log=print):
     warm_up(data, [i for i in have if i != "pytorch_compile"], quick)
     rows = []
     for recipe in [r for r in sweep_grid(quick) if r.impl in have]:
-        rows.append(row(recipe, "sweep", [time_to_target(data, recipe, 0, target, quick)]))
+        rows.append(row(recipe, "sweep", [run_to_target(data, recipe, 0, target, quick)]))
         log(line(rows[-1]))
     finals = []
     for impl in ("course_fused", "pytorch_graph"):
@@ -322,7 +323,7 @@ def race(data, quick=False, target=TARGET, seeds=SEEDS, log=print):
         finals.append(Recipe(**{k: b64[0][k] for k in Recipe._fields})._replace(impl="pytorch_eager"))
     for recipe in finals:
         try:
-            rows.append(row(recipe, "final", [time_to_target(data, recipe, s, target, quick)
+            rows.append(row(recipe, "final", [run_to_target(data, recipe, s, target, quick)
                                               for s in range(seeds)]))
         except Exception as e:  # one implementation failing must not hide the others' figures
             rows.append(dict(recipe._asdict(), stage="final", seconds_to_target=None, seeds=[], failed=True,
