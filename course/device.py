@@ -305,6 +305,7 @@ _idle = {}               # (block shape, debug) -> its idle workers, least recen
 LAUNCH_DEADLINE_S = 120.0  # a simulated launch running longer is stopped (a notebook runs in under 2 minutes)
 DEADLINE_ENV = "COURSE_SIM_DEADLINE"  # seconds, to change LAUNCH_DEADLINE_S
 STOP_WAIT_S = 5.0        # how long stopping a launch waits for its threads to unwind
+BARRIER_LOOK_S = 1.0     # a thread waiting at a barrier looks at its abort flag this often (besides being woken)
 ABORT_QUIET_S = 0.5      # a failed block's other threads end on their own while one ends at least this often
 WAKE_S = 0.1             # a launch's waiting thread looks at the clock (and at a pending Ctrl-C) this often
 STOP_SWITCH_S = 1e-4     # the interpreter's thread switch interval meanwhile (Python's default: 5 ms)
@@ -452,7 +453,7 @@ def _install_block_pool(kernel):
             else:
                 generation = m._generation
                 while generation == m._generation and not self.abort:
-                    m._cond.wait()
+                    m._cond.wait(BARRIER_LOOK_S)   # woken by the release, or looks at abort now and then
         if self.abort:
             raise RuntimeError("abort flag set on syncthreads clear")
 
@@ -663,7 +664,8 @@ def settle_simulator(kernel, timeout=30.0):
     deadline = time.monotonic() + timeout
     for t in threading.enumerate():
         if isinstance(t, getattr(simkernel, "_CourseWorker", ())):   # a pooled thread: until its block is done
-            t.idle.wait(max(0.0, deadline - time.monotonic()))
+            if not t.retired:                                       # (one _stop gave up on: not waited for)
+                t.idle.wait(max(0.0, deadline - time.monotonic()))
         elif isinstance(t, simkernel.BlockThread):
             t.join(max(0.0, deadline - time.monotonic()))
     heal_swaps()
