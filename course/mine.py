@@ -663,11 +663,17 @@ _LAST = {}  # the status() of the last use_mine(), for report()
 
 
 def report(keys=None):
-    """Print whose code the last use_mine() put in place, for `keys` (default: every piece); return those lines."""
+    """Print whose code the last use_mine() put in place, for `keys` (default: every piece); return those lines.
+    A piece whose check passed after that use_mine() says so: it runs once use_mine() is called again."""
     if not _LAST:
         lines = ["course.use_mine() was not called in this process: the course's own kernels ran everywhere"]
     else:
-        lines = table({k: _LAST[k] for k in (keys or _LAST) if k in _LAST})
+        shown = {k: _LAST[k] for k in (keys or _LAST) if k in _LAST}
+        now = status([k for k, (fn, _) in shown.items() if fn is None])
+        for k, (fn, _) in now.items():
+            if fn is not None:
+                shown[k] = (None, "passed since course.use_mine() ran: call it again")
+        lines = table(shown)
     print("\n".join(lines))
     return lines
 

@@ -152,6 +152,25 @@ def test_a_solution_edited_after_passing_or_failing_its_check_is_not_used(tmp_pa
         InteractiveShell.clear_instance()
 
 
+def test_report_names_a_solution_that_passed_after_use_mine(tmp_path, monkeypatch, capsys):
+    """A notebook's first cell ran use_mine() before its exercise passed: report() says to call it again, not
+    "never checked" under the check's own pass line."""
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    try:
+        mine.use_mine(quiet=True)                       # the first cell: nothing has passed yet
+        ns = {"__name__": "__main__"}
+        assert mine.run_cell(ns, SCALE_CELL, "<cell>") is None
+        check_scale_kernel(ns["scale_kernel"])          # passes, and is saved
+        capsys.readouterr()
+        mine.report(["1.2"])
+        assert row(capsys.readouterr().out, "1.2") == "course's: passed since course.use_mine() ran: call it again"
+        mine.use_mine(quiet=True)
+        mine.report(["1.2"])
+        assert row(capsys.readouterr().out, "1.2") == "yours"
+    finally:
+        mine.use_course()
+
+
 @pytest.mark.slow
 def test_never_checked_and_dependencies_say_why(mine_dir, capsys):
     mine.mark_edited("2.2")  # tile_dot's cell changed: the linear kernel that calls it is not used either

@@ -329,7 +329,7 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "The plain loop timed above (`fit`, notebook 06's recipe) ran your passing kernels wherever "
         "`course.use_mine()` in the first cell found them, and the fused epoch kernel (`fit_fused`) ran your `halve` "
         "(exercise 11.2) if it had passed its check in notebook 11; the clock report ran your `part_us` and `barrier_us` "
-        "(12.1, 12.2) if they had passed before the first cell ran. "
+        "(12.1, 12.2) if they had passed before its cell called `course.use_mine()` again. "
         "Here is whose each piece was, and one line per run that says whose kernels trained it, where, and at which "
         "sizes (without a GPU the notebook's sizes are small: the line says so).",
         "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
@@ -340,7 +340,7 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "course.mine.report([\"11.2\"])  # the fused epoch kernel's piece of yours: its reduce-scatter step\n"
         "print(f\"the fused epoch kernel: test accuracy {fused_run['epoch'][-1]['test_acc']:.4f}, its reduce-scatter \"\n"
         "      f\"steps (halve) on {course.mine.whose(['11.2'])}\")\n"
-        "course.mine.report([\"12.1\", \"12.2\"])  # the clock report's pieces of yours"),
+        "course.mine.report([\"12.1\", \"12.2\"]);  # the clock report's pieces of yours"),
 }
 
 
