@@ -336,8 +336,9 @@ def _raise_in(thread, exc_type):
 
 def _stop(workers, manager, patience=False):
     """Stop a block's threads: those at a barrier are woken to abort; with `patience`, those still running may end
-    on their own (see _wait_while_ending); the rest get _Stopped; then retire them. A thread that does not unwind within STOP_WAIT_S is marked retired: nothing
-    waits for it any more (see _threads_busy), and a device function it calls raises (see _counted_swap)."""
+    on their own (see _wait_while_ending); the rest get _Stopped; then retire them. A thread that does not unwind
+    within STOP_WAIT_S is marked retired: nothing waits for it any more (see _threads_busy), and a device function
+    it calls raises (see _counted_swap)."""
     import time
     for w in workers:
         w.abort = True
