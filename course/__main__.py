@@ -32,7 +32,7 @@ def run_bench(args):
 
 def run_race(args):
     device_ready()
-    from .tools.race import run  # written with notebook 13
+    from .tools.race import run  # written with notebook 14
 
     def error(message):
         raise CommandError(message)
@@ -87,7 +87,7 @@ def parser():
     b.set_defaults(run=run_bench)
     from .tools import race
     r = sub.add_parser("race", help="time to a test accuracy: the course's fastest loop against PyTorch's, each "
-                                    "after the same sweep (notebook 13)")
+                                    "after the same sweep (notebook 14)")
     r.add_argument("--quick", action="store_true", help="a tiny run that checks the pipeline (works in the simulator)")
     r.add_argument("--target", type=float, default=race.TARGET, help=f"test accuracy to reach (default {race.TARGET})")
     r.add_argument("--seeds", type=positive_int, default=race.SEEDS, help=f"seeds of each final row (default {race.SEEDS})")

@@ -49,9 +49,11 @@ PIECES = {  # exercise -> (piece, the course's object it replaces); only a same-
     "8.2": ("batch indices of a replayed graph", "course.graphs:batch_index_kernel"),
     "9.1": ("matmul v3 (register-blocked)", "course.matmul:matmul_v3_kernel"),
     "10.1": ("grid-stride SGD", "course.merged:sgd_gridstride_kernel"),
-    "11.2": ("reduce-scatter step (fused kernel)", "course.fused:halve"),
-    "12.1": ("a part's time (clock report)", "course.epoch:part_us"),
-    "12.2": ("a grid barrier's time (clock report)", "course.epoch:barrier_us"),
+    "11.1": ("a block's tile of W1 (fused kernel)", "course.fused:tile_origin"),
+    "12.1": ("reduce-scatter step (fused kernel)", "course.fused:halve"),
+    "12.2": ("a warp's class sums (fused kernel)", "course.fused:warp_class_sums"),
+    "13.1": ("a part's time (clock report)", "course.epoch:part_us"),
+    "13.2": ("a grid barrier's time (clock report)", "course.epoch:barrier_us"),
 }
 UPDATE = {"sgd": "5.1", "momentum": "5.2", "adam": "5.3"}
 STEP_PIECES = ("1.3", "2.3", "3.1", "3.2", "3.3", "4.1", "4.2", "4.3")  # what notebook 06's step runs, the update aside
@@ -721,6 +723,15 @@ def run_cell(ns, src, name):
     exec(compile(src, name, "exec"), ns)
 
 
+def _only_imports(src):
+    """True for a cell of import statements only."""
+    try:
+        body = ast.parse(src).body
+    except SyntaxError:
+        return False
+    return bool(body) and all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in body)
+
+
 def simulate_student(notebooks=None):
     """Do the exercises of the given notebooks (default: all) as a student would: in one namespace per notebook,
     run the notebook's exported cells with the solutions typed in, and the check cell after each exercise cell.
@@ -740,7 +751,8 @@ def simulate_student(notebooks=None):
         ns = {"__name__": "__main__", **checks}
         for i, cell in enumerate(cells):
             src = nbtools.source(cell)
-            if nbtools.BEGIN not in src and not any(d == "export" for d, _ in nbtools.directives(src)):
+            if (nbtools.BEGIN not in src and not any(d == "export" for d, _ in nbtools.directives(src))
+                    and not _only_imports(src)):   # a notebook's imports (12 takes 11's half of course.fused)
                 continue
             code = nbtools._strip(src)  # the student's cell, their solution typed in (no markers)
             run_cell(ns, code, f"<{path.stem} cell {i}>")

@@ -1,6 +1,6 @@
 """How finely course.fused's clocks tick (GPU only): one epoch of the epoch kernel with the clocks on (784-128-10,
-batch 64, as notebook 12's cell ck3), then the largest power of two that divides at least 99 % of its %globaltimer
-readings, in ns. With `--write`, stored as "globaltimer" in notebooks/results/fused-h200.json (notebook 12 quotes
+batch 64, as notebook 13's cell ck3), then the largest power of two that divides at least 99 % of its %globaltimer
+readings, in ns. With `--write`, stored as "globaltimer" in notebooks/results/fused-h200.json (notebook 13 quotes
 it where sub-100 ns parts are compared). Usage: python scripts/clock_tick.py [--write]"""
 import json
 import sys

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 11 on a GPU: a simulated student does every exercise of 01-12 (their solutions typed into the exercise
+# Issue 11 on a GPU: a simulated student does every exercise of 01-14 (their solutions typed into the exercise
 # cells, each check run, so each passing one is saved by course.mine), then `python -m course train --mine` trains
 # the 784-128-10 MLP for 10 epochs on their kernels. Fails unless every piece the trainer runs is the student's and
-# the test accuracy is >= 0.974. Then the fused epoch kernel (notebooks 11 and 12) trains 10 epochs on the student's halve
-# (exercise 11.2), to the same bar. Writes notebooks/results/mine-<gpu>.json (default name mine-h200.json).
+# the test accuracy is >= 0.974. Then the fused epoch kernel (notebooks 11 and 12) trains 10 epochs on the student's
+# tile_origin, halve and warp_class_sums (exercises 11.1, 12.1 and 12.2), to the same bar. Writes notebooks/results/mine-<gpu>.json (default name mine-h200.json).
 #   usage: scripts/mine_gpu.sh [OUT_JSON]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,11 +25,15 @@ python3 - <<'PY'
 from course import mine
 import course.fused as fused
 from course.data import load_mnist
-st = mine.use_mine(["11.2"], quiet=True)
-assert st["11.2"][1] == "yours", st
-assert fused.halve.py_func.__code__.co_filename.endswith("ex_11_2.py"), fused.halve
+pieces = {"11.1": "tile_origin", "12.1": "halve", "12.2": "warp_class_sums"}
+st = mine.use_mine(list(pieces), quiet=True)
+for key, name in pieces.items():
+    assert st[key][1] == "yours", st
+    fn = getattr(fused, name)
+    assert fn.py_func.__code__.co_filename.endswith(f"ex_{key.replace('.', '_')}.py"), fn
 run = fused.fit_fused(*load_mnist(), mode="epoch", hidden=128, epochs=10, batch_size=64, lr=0.1, seed=0, progress=False)
 acc = run["epoch"][-1]["test_acc"]
 assert acc >= 0.974, f"test accuracy {acc:.4f} < 0.974"
-print(f"OK: the fused epoch kernel on the student's halve (exercise 11.2): test accuracy {acc:.4f}")
+print(f"OK: the fused epoch kernel on the student's tile_origin, halve and warp_class_sums (exercises 11.1, 12.1, "
+      f"12.2): test accuracy {acc:.4f}")
 PY

@@ -1,4 +1,4 @@
-"""Notebook 12's checks (exercise 12.1, a part's time; 12.2, a grid barrier's time) pass the solutions and other
+"""Notebook 13's checks (exercise 13.1, a part's time; 13.2, a grid barrier's time) pass the solutions and other
 correct answers, reject planted one-line bugs, and say what a wrong answer did."""
 import numpy as np
 import pytest
@@ -50,7 +50,7 @@ def test_different_correct_answers_pass():
     ("np.median(slowest)", "np.median(slowest[1:] if len(slowest) > 1 else slowest)", None),   # a step dropped
 ])
 def test_part_us_check_rejects(old, new, said):
-    with pytest.raises(CheckFailure, match="Exercise 12.1") as e:
+    with pytest.raises(CheckFailure, match="Exercise 13.1") as e:
         checks.check_part_us(mutant(part_us, old, new))
     assert said is None or said in str(e.value), str(e.value)
 
@@ -70,7 +70,7 @@ def test_part_us_check_rejects(old, new, said):
      "T[:, :, arrive].max(axis=1) - T[:, :, release].min(axis=1)", None),              # the sign
 ])
 def test_barrier_us_check_rejects(old, new, said):
-    with pytest.raises(CheckFailure, match="Exercise 12.2") as e:
+    with pytest.raises(CheckFailure, match="Exercise 13.2") as e:
         checks.check_barrier_us(mutant(barrier_us, old, new))
     assert said is None or said in str(e.value), str(e.value)
 

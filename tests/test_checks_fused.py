@@ -1,4 +1,4 @@
-"""The checks of notebooks 10 and 11 (10.2, 11.1, 11.2) pass the solutions and reject planted wrong answers."""
+"""The checks of notebooks 10, 11 and 12 (10.2, 11.1, 11.2, 12.1, 12.2) pass the solutions and reject planted wrong answers."""
 import pytest
 from conftest import mutant
 from numba import cuda, float32
@@ -7,7 +7,7 @@ import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 from course.checks import CheckFailure
 from course.checks.core import LADDERS
 from course.checks import fused as checks
-from course.fused import halve, warp_sum
+from course.fused import halve, tile_origin, warp_class_sums, warp_sum
 from course.ptx import barrier_target, shfl_xor
 
 
@@ -15,6 +15,8 @@ def test_solutions_pass():
     checks.check_warp_sum(warp_sum)
     checks.check_barrier_target(barrier_target)
     checks.check_halve(halve)
+    checks.check_tile_origin(tile_origin)
+    checks.check_warp_class_sums(warp_class_sums)
 
 
 def test_different_correct_answers_pass():
@@ -35,7 +37,7 @@ def test_different_correct_answers_pass():
     checks.check_barrier_target(barrier_target_ceil)
 
 
-# --- Exercise 11.1: planted wrong butterflies ------------------------------------------------------------------
+# --- Exercise 11.2: planted wrong butterflies ------------------------------------------------------------------
 
 @pytest.mark.parametrize("old, new", [
     pytest.param("m = 16", "m = 8", id="half-warp sums (starts at 8)"),
@@ -44,7 +46,7 @@ def test_different_correct_answers_pass():
     pytest.param("v += shfl_xor(scr, v, m)", "v += shfl_xor(scr, v, 1)", id="always the neighbour"),
 ])
 def test_warp_sum_check_rejects(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 11.1"):
+    with pytest.raises(CheckFailure, match="Exercise 11.2"):
         checks.check_warp_sum(mutant(warp_sum, old, new))
 
 
@@ -53,10 +55,10 @@ def test_warp_sum_skipping_the_shuffle_in_some_lanes_hints_that_every_lane_must_
     simulator's shuffle goes through a shared array, so a lane that skips a call breaks its partner's exchange (on a
     GPU a shuffle that a lane of its mask does not join is undefined): the failure says every lane must call it."""
     skipping = mutant(warp_sum, "v += shfl_xor(scr, v, m)", "if v != 0:\n            v += shfl_xor(scr, v, m)")
-    with pytest.raises(CheckFailure, match="Exercise 11.1") as e:
+    with pytest.raises(CheckFailure, match="Exercise 11.2") as e:
         checks.check_warp_sum(skipping)
     assert "every lane must call shfl_xor in every exchange" in str(e.value), str(e.value)
-    assert any("each lane must call shfl_xor in every exchange" in n for n in LADDERS["11.1"])  # and a nudge says it
+    assert any("each lane must call shfl_xor in every exchange" in n for n in LADDERS["11.2"])  # and a nudge says it
 
 
 # --- Exercise 10.2: planted wrong targets ----------------------------------------------------------------------
@@ -72,7 +74,7 @@ def test_barrier_target_check_rejects(old, new):
         checks.check_barrier_target(mutant(barrier_target, old, new))
 
 
-# --- Exercise 11.2: planted wrong reduce-scatter steps ---------------------------------------------------------
+# --- Exercise 12.1: planted wrong reduce-scatter steps ---------------------------------------------------------
 @pytest.mark.parametrize("old,new", [
     ("!= 0", "== 0"),                                                       # each lane keeps its partner's half
     ("send = acc[k] if upper else acc[k + half]", "send = acc[k]"),         # the lower lanes send what they keep
@@ -83,7 +85,7 @@ def test_barrier_target_check_rejects(old, new):
     ("cuda.threadIdx.x & mask", "cuda.threadIdx.x & half"),                 # the wrong bit picks the half
 ])
 def test_halve_check_rejects(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 11.2"):
+    with pytest.raises(CheckFailure, match="Exercise 12.1"):
         checks.check_halve(mutant(halve, old, new))
 
 
@@ -97,7 +99,7 @@ def test_halve_with_a_shuffle_in_each_branch_is_refused_by_reading_its_code():
             acc[k] = acc[k + half] + shfl_xor(scr, acc[k], mask)
         else:
             acc[k] = acc[k] + shfl_xor(scr, acc[k + half], mask)""")
-    with pytest.raises(CheckFailure, match="Exercise 11.2") as e:
+    with pytest.raises(CheckFailure, match="Exercise 12.1") as e:
         checks.check_halve(both)
     assert "inside an `if`/`else` branch" in str(e.value), str(e.value)
     assert checks.shuffle_in_a_branch(halve) is None and checks.shuffle_in_a_branch(warp_sum) is None
@@ -119,5 +121,45 @@ def test_warp_sum_check_rejects_a_sum_through_shared_memory_that_a_second_call_o
         for k in range(32):
             s += scr[base + k]
         return s
-    with pytest.raises(CheckFailure, match="Exercise 11.1"):
+    with pytest.raises(CheckFailure, match="Exercise 11.2"):
         checks.check_warp_sum(warp_sum_scr)
+
+
+# --- Exercise 11.1: planted wrong tiles -------------------------------------------------------------------------
+@pytest.mark.parametrize("old,new", [
+    ("(hidden + TJ - 1) // TJ", "hidden // TJ"),                           # a narrow last tile of a row not counted
+    ("(tile // jt) * TK", "(tile % jt) * TK"),                              # row and column swapped
+    ("(tile % jt) * TJ", "(tile // jt) * TJ"),
+    ("(tile // jt) * TK", "(tile // jt) * TJ"),                             # the inputs stepped by the units' width
+    ("(tile % jt) * TJ", "(tile % jt) * TK"),
+    ("return (tile // jt) * TK, (tile % jt) * TJ", "return (tile % jt) * TJ, (tile // jt) * TK"),   # (j0, k0)
+    ("(hidden + TJ - 1) // TJ", "(hidden + TJ) // TJ"),                    # one tile too many per row
+])
+def test_tile_origin_check_rejects(old, new):
+    with pytest.raises(CheckFailure, match="Exercise 11.1"):
+        checks.check_tile_origin(mutant(tile_origin, old, new))
+
+
+def test_tile_origin_numbered_along_the_inputs_is_rejected():
+    """The other numbering (down the inputs first) would make every tile somebody's, but not the tile the kernels
+    expect: block b must own the tile the plan gives it."""
+    @cuda.jit(device=True)
+    def along_inputs(tile, hidden):
+        kt = 8                                                  # 784 inputs: 8 tiles down
+        return (tile % kt) * 100, (tile // kt) * 8
+    with pytest.raises(CheckFailure, match="Exercise 11.1"):
+        checks.check_tile_origin(along_inputs)
+
+
+# --- Exercise 12.2: planted wrong class sums ---------------------------------------------------------------------
+@pytest.mark.parametrize("old,new", [
+    ("return acc[0] + shfl_xor(scr, acc[0], 1)", "return acc[0]"),         # one parity's 16 lanes only
+    ("shfl_xor(scr, acc[0], 1)", "shfl_xor(scr, acc[0], 16)"),             # the last exchange with the wrong lane
+    ("halve(acc, 4, 8, scr)", "halve(acc, 4, 4, scr)"),                     # mask 8 never used, 4 twice
+    ("halve(acc, 8, 16, scr)", "halve(acc, 8, 1, scr)"),                    # bit 0 used before the last exchange
+    ("halve(acc, 1, 2, scr)", "pass"),                                      # a halving left out
+    ("return acc[0] +", "return acc[1] +"),                                 # the wrong kept class
+])
+def test_warp_class_sums_check_rejects(old, new):
+    with pytest.raises(CheckFailure, match="Exercise 12.2"):
+        checks.check_warp_class_sums(mutant(warp_class_sums, old, new))

@@ -1,4 +1,4 @@
-"""Notebook 13's check (exercise 13.1, the time to a target accuracy) passes the solution and rejects planted bugs."""
+"""Notebook 14's check (exercise 14.1, the time to a target accuracy) passes the solution and rejects planted bugs."""
 import itertools
 
 import pytest
@@ -33,7 +33,7 @@ def test_a_different_correct_answer_passes():
     ("clock += seconds", "clock = seconds"),                       # no running sum
 ])
 def test_check_rejects(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 13.1"):
+    with pytest.raises(CheckFailure, match="Exercise 14.1"):
         checks.check_time_to_target(mutant(time_to_target, old, new))
 
 
@@ -58,5 +58,5 @@ def test_recipe_time_solution_and_a_different_correct_answer_pass():
     ("        return None", "        return 0.0"),                                              # a miss as a time
 ])
 def test_recipe_time_check_rejects(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 13.2"):
+    with pytest.raises(CheckFailure, match="Exercise 14.2"):
         checks.check_recipe_time(mutant(recipe_time, old, new))

@@ -308,17 +308,17 @@ def STEP_US(impl, batch):
     """A step's microseconds in the batch-size sweep: the epoch over its 60,000 // batch steps."""
     return calc(lambda s: s * 1e6 / (60000 // batch), Json(SCALING, f"rows[impl={impl},batch_size={batch}].epoch_s"))
 TORCH_S = Json(BENCH, "rows[impl=pytorch_eager].epoch_s")
-SPEEDUP_10 = Out("12", "c058", r"speed-up ([\d.]+)x")
+SPEEDUP_10 = Out("13", "c058", r"speed-up ([\d.]+)x")
 LAUNCH_3 = Out("08", "c007", r"3 arrays\s*:\s*([\d.]+) µs")        # a launch with three array arguments
 LAUNCH_0 = Out("08", "c007", r"no argument\s*:\s*([\d.]+) µs")
 PLAIN_EPOCH_06 = Out("06", "c029", r"SGD lr 0.1, 784-128-10\s+([\d.]+) s per epoch")
 LADDER_TF = lambda name: Out("09", "c028", r"4096² × 4096\s+" + re.escape(name) + r"\s+([\d.]+) TFLOP")  # noqa
 STEP_WALL = Out("08", "c015", r"whole step\s+([\d.]+) µs")
 FP32_MS = Out("08", "c019", r"at FP32 peak: ([\d.]+) ms")
-FUSED_MS_10 = Out("12", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
-PLAIN_MS_10 = Out("12", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
+FUSED_MS_10 = Out("13", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
+PLAIN_MS_10 = Out("13", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
 from course.epoch import CLOCK_PARTS  # noqa: E402
-CLOCK = lambda part: Out("12", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
+CLOCK = lambda part: Out("13", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
 SPARE_US = CLOCK(r"the step before's W2, b1, b2 in the spare blocks \(off the path: from C to barrier 1\)")
 FINAL = "versions[epoch_ms=12.22]"    # course.fused after step 7 (the TMA): its row of fused-h200.json
 NOW = "versions[epoch_ms=8.56]"       # course.fused now: its row of fused-h200.json
@@ -455,23 +455,23 @@ FIGURES = [
     Fig("08", "cg10", r"\| 15 → 1 \| about \d+ \| \*\*about (\d+)\*\*", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
     Fig("08", "cg10", r"\| 1 \| about (\d+) \(eager\)", calc(lambda s: s * 1e3, TORCH_S), tol=0.01),
     Fig("08", "cg10", r"\(eager\) \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
-    Fig("11", "cf1", r"its ([\d.]+) µs overlap", SPARE_US),
+    Fig("12", "cf1", r"its ([\d.]+) µs overlap", SPARE_US),
     # --- 08 section 6: the batch-size sweep (results/scaling-h200.json) ---
-    Fig("13", "sc3", r"graph takes (\d+) µs at batch 256", STEP_US("course_plain_graph", 256)),
-    Fig("13", "sc3", r"about (\d+) times faster than both", calc(lambda a, b: min(a, b),
+    Fig("14", "sc3", r"graph takes (\d+) µs at batch 256", STEP_US("course_plain_graph", 256)),
+    Fig("14", "sc3", r"about (\d+) times faster than both", calc(lambda a, b: min(a, b),
         calc(lambda g, f: g / f, EPOCH_MS("course_plain_graph", 64), EPOCH_MS("course_fused", 64)),
         calc(lambda g, f: g / f, EPOCH_MS("pytorch_graph", 64), EPOCH_MS("course_fused", 64))), tol=0.05),
-    Fig("13", "sc3", r"to ([\d.]+) ms at batch 4096", EPOCH_MS("pytorch_graph", 4096)),
+    Fig("14", "sc3", r"to ([\d.]+) ms at batch 4096", EPOCH_MS("pytorch_graph", 4096)),
     # --- 08 section 7: the race (results/race-h200.json) ---
-    Fig("13", "rc1", r"time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
-    Fig("13", "q000", r"wall time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
-    Fig("13", "rc1", r"first evaluation at ([\d.]+) % or more", calc(lambda t: t * 100, Json(RACE, "target"))),
-    Fig("13", "rc3", r"budget \((\d+) epochs", Json(RACE, "max_epochs")),
-    Fig("13", "rc3", r"reaches ([\d.]+) % in a median", calc(lambda t: t * 100, Json(RACE, "target"))),
-    Fig("13", "rc3", r"in a median ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("course_"))),
-    Fig("13", "rc3", r"fastest graph in ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("pytorch_"))),
-    Fig("13", "rc3", r"([\d.]+) times sooner", calc(lambda a, b: b / a, RACE_BEST("course_"), RACE_BEST("pytorch_"))),
-    Fig("13", "rc3", r"over 3 epochs\) took (\d+) ms\.", calc(lambda: 1e3 * min(
+    Fig("14", "rc1", r"time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("14", "q000", r"wall time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("14", "rc1", r"first evaluation at ([\d.]+) % or more", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("14", "rc3", r"budget \((\d+) epochs", Json(RACE, "max_epochs")),
+    Fig("14", "rc3", r"reaches ([\d.]+) % in a median", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("14", "rc3", r"in a median ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("course_"))),
+    Fig("14", "rc3", r"fastest graph in ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("pytorch_"))),
+    Fig("14", "rc3", r"([\d.]+) times sooner", calc(lambda a, b: b / a, RACE_BEST("course_"), RACE_BEST("pytorch_"))),
+    Fig("14", "rc3", r"over 3 epochs\) took (\d+) ms\.", calc(lambda: 1e3 * min(
         r["seconds_to_target"] for r in json.loads((RESULTS / RACE).read_text())["rows"]
         if r["stage"] == "sweep" and r["momentum"] and r["seconds_to_target"]), why="momentum's fastest sweep row")),
     # --- simulator and tool settings (no GPU run) ---
@@ -506,11 +506,11 @@ FIGURES = [
     Fig("11", "c038c", r"gives `fused_steps_kernel` (\d+) registers", Ptxas("course.fused:fused_steps_kernel")),
     Fig("11", "c038c", r"it spills (\d+) bytes", Ptxas("course.fused:fused_steps_kernel", 128, "spill")),
     Fig("11", "c038c", r"an \*\*occupancy\*\* of (\d+) %", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
-    Fig("11", "c044", r"takes (16) shuffles", calc(lambda: 8 + 4 + 2 + 1 + 1, why="halvings of 8, 4, 2, 1 values, then one exchange")),
-    Fig("12", "ck2b", r"advances in ticks of (32) ns", Json(FUSED, "globaltimer.tick_ns")),
-    Fig("12", "ck2b", r"multiples of (32) ns\)", Json(FUSED, "globaltimer.tick_ns")),
-    Fig("12", "f_ms", r"in every phase \(([\d.]+) ms per epoch\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
-    Fig("12", "f_ms", r"the committed kernel \(([\d.]+) ms,\s+the median of 5 epochs", Json(FUSED, NOW + ".epoch_ms")),
+    Fig("12", "c044", r"takes (16) shuffles", calc(lambda: 8 + 4 + 2 + 1 + 1, why="halvings of 8, 4, 2, 1 values, then one exchange")),
+    Fig("13", "ck2b", r"advances in ticks of (32) ns", Json(FUSED, "globaltimer.tick_ns")),
+    Fig("13", "ck2b", r"multiples of (32) ns\)", Json(FUSED, "globaltimer.tick_ns")),
+    Fig("13", "f_ms", r"in every phase \(([\d.]+) ms per epoch\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
+    Fig("13", "f_ms", r"the committed kernel \(([\d.]+) ms,\s+the median of 5 epochs", Json(FUSED, NOW + ".epoch_ms")),
     Fig(HISTORY, "", r"every phase\s+\(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
     Fig(HISTORY, "", r"two barriers a step \(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=29.9].epoch_ms")),
     Fig(HISTORY, "", r"`range\(t, n, nt\)`: ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=23.87].epoch_ms")),
@@ -533,10 +533,10 @@ FIGURES = [
     Fig(HISTORY, "", r"in phase A, [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=9.91].epoch_ms")),
     Fig(HISTORY, "", r"inside the kernel, ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=9.64].epoch_ms")),
     Fig(HISTORY, "", r"does not exist, ([\d.]+) ms", Json(FUSED, NOW + ".epoch_ms")),
-    Fig("12", "c053", r"gives\s+([\d.]+), [\d.]+, [\d.]+ and", Out("12", "fl3", r"(?m)^fused1\s.*\s([\d.]+)$")),
-    Fig("12", "c053", r"gives\s+[\d.]+, ([\d.]+), [\d.]+ and", Out("12", "fl3", r"(?m)^fused2\s.*\s([\d.]+)$")),
-    Fig("12", "c053", r"gives\s+[\d.]+, [\d.]+, ([\d.]+) and", Out("12", "fl3", r"(?m)^fused3\s.*\s([\d.]+)$")),
-    Fig("12", "c053", r" and ([\d.]+) ms per epoch, against", Out("12", "fl3", r"(?m)^fused4\s.*\s([\d.]+)$")),
+    Fig("13", "c053", r"gives\s+([\d.]+), [\d.]+, [\d.]+ and", Out("13", "fl3", r"(?m)^fused1\s.*\s([\d.]+)$")),
+    Fig("13", "c053", r"gives\s+[\d.]+, ([\d.]+), [\d.]+ and", Out("13", "fl3", r"(?m)^fused2\s.*\s([\d.]+)$")),
+    Fig("13", "c053", r"gives\s+[\d.]+, [\d.]+, ([\d.]+) and", Out("13", "fl3", r"(?m)^fused3\s.*\s([\d.]+)$")),
+    Fig("13", "c053", r" and ([\d.]+) ms per epoch, against", Out("13", "fl3", r"(?m)^fused4\s.*\s([\d.]+)$")),
     Fig(HISTORY, "", r"row \((\d+) ms an epoch\)", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"))),
     Fig(HISTORY, "", r"\| (20.2) \|", Json(FUSED, "versions[epoch_ms=20.18].epoch_ms")),
     Fig(HISTORY, "", r"\| (28.6) \|", Json(FUSED, "versions[epoch_ms=28.61].epoch_ms")),
@@ -544,24 +544,24 @@ FIGURES = [
     Fig(HISTORY, "", r"\| (13.2) \|", Json(FUSED, "versions[epoch_ms=13.2].epoch_ms")),
     Fig(HISTORY, "", r"\| (20.7) \|", Json(FUSED, "versions[epoch_ms=20.75].epoch_ms")),
     Fig(HISTORY, "", r"\| (12.7) \|", Json(FUSED, "versions[epoch_ms=12.7].epoch_ms")),
-    Fig("12", "c062", r"own time per step, about (\d+) µs", CLOCK("step")),
-    Fig("12", "c053", r"takes (\d+) ms an epoch,\s+launched", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"))),
-    Fig("12", "c053", r"launched one by\s+one (\d+) ms", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step].epoch_s"))),
-    Fig("12", "c053", r"against (\d+) ms for the plain loop", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
-    Fig("12", "c053", r"from run to run: ([\d.]+) ms here", Out("12", "fl3", r"(?m)^fused2\s.*\s([\d.]+)$")),
-    Fig("12", "c062", r"(\d+)× in the benchmark", calc(lambda p, f: p / f, Json(BENCH, "rows[impl=course_plain].epoch_s"), FUSED_S)),
-    Fig("12", "c062", r"kernel takes ([\d.]+) ms per epoch against", FUSED_MS_10),
-    Fig("12", "c062", r"against ([\d.]+) ms for the plain loop", PLAIN_MS_10),
-    Fig("12", "c062", r"accuracy: (\d+)× here", SPEEDUP_10),
-    Fig("12", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
-    Fig("12", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_10, FP32_MS), tol=0.05),
-    Fig("12", "c062", r"split a step into (\d+) parts", calc(lambda: sum(who != "spare" for _, _, who in CLOCK_PARTS.values()), why="course.fused.CLOCK_PARTS on the path")),
-    Fig("12", "c062", r"about (\d+) ns for a dependent", Json(FUSED, "latency_probe.l2_hit_ns")),
-    Fig("12", "c062", r"about (\d+) ns for a trip to DRAM", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
-    Fig("12", "c062", r"take about ([\d.]+) µs for 100 multiply-adds", A_FWD),
-    Fig("12", "c062", r"\((1,875) per epoch", calc(lambda: 2 * STEPS + 1, why="two barriers a step and one after the first gather (course.fused.fused_steps_kernel)")),
-    Fig("12", "c062", r"first gather\), about ([\d.]+) µs each", Out("12", "ck3", r"barrier 1 \(last arrival to first release\)\s+([\d.]+) µs")),
-    Fig("12", "c062", r"small part of the (\d+) µs step", CLOCK("step")),
+    Fig("13", "c062", r"own time per step, about (\d+) µs", CLOCK("step")),
+    Fig("13", "c053", r"takes (\d+) ms an epoch,\s+launched", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"))),
+    Fig("13", "c053", r"launched one by\s+one (\d+) ms", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step].epoch_s"))),
+    Fig("13", "c053", r"against (\d+) ms for the plain loop", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
+    Fig("13", "c053", r"from run to run: ([\d.]+) ms here", Out("13", "fl3", r"(?m)^fused2\s.*\s([\d.]+)$")),
+    Fig("13", "c062", r"(\d+)× in the benchmark", calc(lambda p, f: p / f, Json(BENCH, "rows[impl=course_plain].epoch_s"), FUSED_S)),
+    Fig("13", "c062", r"kernel takes ([\d.]+) ms per epoch against", FUSED_MS_10),
+    Fig("13", "c062", r"against ([\d.]+) ms for the plain loop", PLAIN_MS_10),
+    Fig("13", "c062", r"accuracy: (\d+)× here", SPEEDUP_10),
+    Fig("13", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
+    Fig("13", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_10, FP32_MS), tol=0.05),
+    Fig("13", "c062", r"split a step into (\d+) parts", calc(lambda: sum(who != "spare" for _, _, who in CLOCK_PARTS.values()), why="course.fused.CLOCK_PARTS on the path")),
+    Fig("13", "c062", r"about (\d+) ns for a dependent", Json(FUSED, "latency_probe.l2_hit_ns")),
+    Fig("13", "c062", r"about (\d+) ns for a trip to DRAM", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
+    Fig("13", "c062", r"take about ([\d.]+) µs for 100 multiply-adds", A_FWD),
+    Fig("13", "c062", r"\((1,875) per epoch", calc(lambda: 2 * STEPS + 1, why="two barriers a step and one after the first gather (course.fused.fused_steps_kernel)")),
+    Fig("13", "c062", r"first gather\), about ([\d.]+) µs each", Out("13", "ck3", r"barrier 1 \(last arrival to first release\)\s+([\d.]+) µs")),
+    Fig("13", "c062", r"small part of the (\d+) µs step", CLOCK("step")),
 ]
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
     assert f"test accuracy {sgd_run['epoch'][-1]['test_acc']:.4f}" in out                # course.mine.trained's line
     assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out, out
-    for name in ("07_landscape.ipynb", "12_epoch.ipynb"):  # 07's and 12's last cells, the same way
+    for name in ("07_landscape.ipynb", "13_epoch.ipynb"):  # 07's and 13's last cells, the same way
         cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
         mine.run_cell(dict(course=course, run=mine_run, plain_run=mine_run, fused_run=mine_run, plain_s=0.5), cell,
                       f"<{name} payoff>")
@@ -267,7 +267,7 @@ def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_pat
     assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
 
 
-def test_student_copies_call_use_mine_and_06_07_11_end_with_the_payoff():
+def test_student_copies_call_use_mine_and_06_07_13_end_with_the_payoff():
     for path in sorted(nbtools.EXERCISES.glob("*.ipynb")):
         cells = nbtools.read(path)["cells"]
         first = next(nbtools.source(c) for c in cells if c["cell_type"] == "code")
@@ -367,47 +367,55 @@ def test_only_a_solution_with_the_course_s_signature_replaces_it(tmp_path, monke
 
 
 @pytest.mark.slow
-def test_a_passing_halve_runs_in_the_fused_epoch_kernel(tmp_path, monkeypatch):
-    """Exercise 11.2 joins use_mine(): the passing halve is saved, use_mine() puts it into course.fused, the fused
-    epoch kernel trains with it (the same losses and parameters as the course's own), and use_course() takes it out."""
+def test_passing_fused_pieces_run_in_the_fused_epoch_kernel(tmp_path, monkeypatch):
+    """Exercises 11.1, 12.1 and 12.2 join use_mine(): the passing tile_origin, halve and warp_class_sums are saved,
+    use_mine() puts them into course.fused, the fused epoch kernel trains with them (the same losses and parameters
+    as the course's own), and use_course() takes them out."""
     from numba import cuda
 
     import course.fused as fused
-    from course.checks.fused import check_halve
+    from course.checks.fused import check_halve, check_tile_origin, check_warp_class_sums
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     X, y, Xt, yt = tiny_data()
     setup = dict(hidden=8, epochs=1, batch_size=16, lr=0.5, mode="epoch", progress=False)
     ref = fused.fit_fused(X, y, Xt, yt, **setup)
-    original = fused.halve
-    cells = nbtools.read(nbtools.NOTEBOOKS / "11_fused.ipynb")["cells"]
-    cell = nbtools._strip(next(nbtools.source(c) for c in cells
-                               if c["cell_type"] == "code" and "# Exercise 11.2" in nbtools.source(c)))
-    ns = {"__name__": "__main__", "cuda": cuda, "shfl_xor": fused.shfl_xor}   # what the notebook imported before
-    mine.run_cell(ns, cell, "<11 cell>")
-    check_halve(ns["halve"])
+    names = ("tile_origin", "halve", "warp_class_sums")
+    originals = {name: getattr(fused, name) for name in names}
+    ns = {"__name__": "__main__", "cuda": cuda, "shfl_xor": fused.shfl_xor, "TJ": fused.TJ, "TK": fused.TK}
+    for nb, label, name, check in (("11_fused", "# Exercise 11.1", "tile_origin", check_tile_origin),
+                                   ("12_kernel", "# Exercise 12.1", "halve", check_halve),
+                                   ("12_kernel", "# Exercise 12.2", "warp_class_sums", check_warp_class_sums)):
+        cells = nbtools.read(nbtools.NOTEBOOKS / f"{nb}.ipynb")["cells"]   # what the notebooks imported before
+        cell = nbtools._strip(next(nbtools.source(c) for c in cells
+                                   if c["cell_type"] == "code" and label in nbtools.source(c)))
+        mine.run_cell(ns, cell, f"<{nb} cell {name}>")
+        check(ns[name])
     try:
-        assert whose(mine.use_mine(["11.2"], quiet=True)) == {"11.2": "yours"}
-        assert fused.halve is not original
-        assert getattr(fused.halve, "py_func", fused.halve).__code__.co_filename == str(tmp_path / "mine" / "ex_11_2.py")
+        assert whose(mine.use_mine(["11.1", "12.1", "12.2"], quiet=True)) == {"11.1": "yours", "12.1": "yours",
+                                                                              "12.2": "yours"}
+        for name, key in zip(names, ("11_1", "12_1", "12_2")):
+            assert getattr(fused, name) is not originals[name], name
+            got = getattr(fused, name)
+            assert getattr(got, "py_func", got).__code__.co_filename == str(tmp_path / "mine" / f"ex_{key}.py")
         got = fused.fit_fused(X, y, Xt, yt, **setup)
     finally:
         mine.use_course()
-    assert fused.halve is original
+    assert {name: getattr(fused, name) for name in names} == originals
     assert np.allclose(got["loss"], ref["loss"], atol=1e-6) and len(got["loss"]) == 2
     for k in ("W1", "b1", "W2", "b2"):
         assert np.allclose(got["params"][k].copy_to_host(), ref["params"][k].copy_to_host(), atol=1e-6), k
 
 
 def test_passing_clock_functions_feed_the_clock_report(tmp_path, monkeypatch):
-    """Exercises 12.1 and 12.2 join use_mine(): the passing part_us and barrier_us are saved, use_mine() puts them
+    """Exercises 13.1 and 13.2 join use_mine(): the passing part_us and barrier_us are saved, use_mine() puts them
     into course.epoch, where clock_report calls them (the same report), and use_course() takes them out."""
     import course.epoch as epoch
     from course.checks.epoch import check_barrier_us, check_part_us, clock_table
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
-    cells = nbtools.read(nbtools.NOTEBOOKS / "12_epoch.ipynb")["cells"]
+    cells = nbtools.read(nbtools.NOTEBOOKS / "13_epoch.ipynb")["cells"]
     ns = {"__name__": "__main__", "np": np}                       # what the notebook imported before
-    for label, check, name in (("# Exercise 12.1", check_part_us, "part_us"),
-                               ("# Exercise 12.2", check_barrier_us, "barrier_us")):
+    for label, check, name in (("# Exercise 13.1", check_part_us, "part_us"),
+                               ("# Exercise 13.2", check_barrier_us, "barrier_us")):
         cell = nbtools._strip(next(nbtools.source(c) for c in cells
                                    if c["cell_type"] == "code" and label in nbtools.source(c)))
         mine.run_cell(ns, cell, f"<12 cell {name}>")
@@ -416,9 +424,9 @@ def test_passing_clock_functions_feed_the_clock_report(tmp_path, monkeypatch):
     ref = epoch.clock_report(T, 128, 64)
     originals = epoch.part_us, epoch.barrier_us
     try:
-        assert whose(mine.use_mine(["12.1", "12.2"], quiet=True)) == {"12.1": "yours", "12.2": "yours"}
+        assert whose(mine.use_mine(["13.1", "13.2"], quiet=True)) == {"13.1": "yours", "13.2": "yours"}
         assert epoch.part_us is not originals[0]
-        assert epoch.part_us.__code__.co_filename == str(tmp_path / "mine" / "ex_12_1.py")
+        assert epoch.part_us.__code__.co_filename == str(tmp_path / "mine" / "ex_13_1.py")
         assert epoch.clock_report(T, 128, 64) == ref
     finally:
         mine.use_course()

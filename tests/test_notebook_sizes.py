@@ -152,7 +152,7 @@ def test_a_performance_notebook_reads_in_about_45_minutes(name):
 
 
 def test_the_reading_rule_counts_what_it_says():
-    load = first_reading("13_race")
+    load = first_reading("14_race")
     assert load["prose"] > 500 and load["code"] > 20 and load["saved"] > 5 and load["exercises"] == 2, load
     assert minutes(dict(prose=150, code=20, saved=10, figures=1, exercises=1)) == 1 + 1 + 1 + FIGURE_MIN + EXERCISE_MIN
 

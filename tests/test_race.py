@@ -29,7 +29,7 @@ def test_intervals_cover_the_epoch_once(steps):
 
 
 def test_the_clock_stops_at_the_first_point_at_the_target(monkeypatch):
-    """A run's clock is notebook 13's time_to_target over the intervals of its cumulative points."""
+    """A run's clock is notebook 14's time_to_target over the intervals of its cumulative points."""
     from course.tools.race import Recipe
     points = [(0.1, 0.9), (0.2, 0.975), (0.3, 0.99)]
     monkeypatch.setitem(race.RUNNERS, "course_fused", lambda data, recipe, seed, quick: iter(points))

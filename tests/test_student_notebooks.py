@@ -15,7 +15,7 @@ from nbclient.exceptions import CellExecutionError
 from course.tools import nbtools
 
 STUDENT = sorted(nbtools.EXERCISES.glob("*.ipynb"))
-DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_time", "09_matmul", "10_phases", "12_epoch", "13_race"]
+DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_time", "09_matmul", "10_phases", "13_epoch", "14_race"]
 
 
 def first_exercise(path):
@@ -94,7 +94,7 @@ def test_student_copy_is_clean_and_written_as_jupyter_writes_it(path):
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
 def test_student_copy_has_no_cell_that_only_echoes_a_string(path):
     """A code cell holding only a string (a module's docstring, once its `#| export` line is stripped) echoes it
-    when run, and asks nothing of the student (13_race's r_e1x did: a fresh student's report); a module's docstring
+    when run, and asks nothing of the student (14_race's r_e1x did: a fresh student's report); a module's docstring
     goes atop its first exported cell with code."""
     import ast
     for cell in nbtools.read(path)["cells"]:
@@ -105,12 +105,12 @@ def test_student_copy_has_no_cell_that_only_echoes_a_string(path):
 
 
 def test_race_module_keeps_its_docstring_from_the_exercise_cell():
-    """13_race's docstring moved into the exercise cell r_e1s (above `# Exercise 13.1`): course/race.py still opens
+    """14_race's docstring moved into the exercise cell r_e1s (above `# Exercise 14.1`): course/race.py still opens
     with it, and the exercise machinery still finds the exercise there."""
     import course.race
-    assert course.race.__doc__.startswith("The race's clock (notebook 13)")
-    cell = next(c for c in nbtools.read(nbtools.NOTEBOOKS / "13_race.ipynb")["cells"] if c.get("id") == "r_e1s")
-    assert nbtools.exercise_label(nbtools.source(cell)) == "Exercise 13.1"
+    assert course.race.__doc__.startswith("The race's clock (notebook 14)")
+    cell = next(c for c in nbtools.read(nbtools.NOTEBOOKS / "14_race.ipynb")["cells"] if c.get("id") == "r_e1s")
+    assert nbtools.exercise_label(nbtools.source(cell)) == "Exercise 14.1"
 
 
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
@@ -137,8 +137,8 @@ def test_student_copy_with_solutions_refuses_a_missing_solution(tmp_path, monkey
 
 
 def test_bench_table_shows_in_the_student_copy_of_13():
-    """12's benchmark cell finds notebooks/results/bench-h200.json when run from notebooks/exercises/."""
-    cells = nbformat.read(nbtools.EXERCISES / "13_race.ipynb", as_version=4).cells
+    """14's benchmark cell finds notebooks/results/bench-h200.json when run from notebooks/exercises/."""
+    cells = nbformat.read(nbtools.EXERCISES / "14_race.ipynb", as_version=4).cells
     bench = next(c for c in cells if c.cell_type == "code" and "bench-h200.json" in c.source)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import json\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nimport course\n"

@@ -11,18 +11,35 @@ def test_package_matches_notebooks():
 def test_generated_modules_mark_each_chunk_with_its_cell():
     """Every exported chunk is led by `# %% notebooks/NN_topic.ipynb cell <id>` naming the cell it comes from
     (export --check above compares the markers too: they are part of the sync)."""
-    seen = 0
+    cells, modules = {}, set()   # a module may span consecutive notebooks (course.fused: 11 and 12)
     for nb in nbtools.solution_notebooks():
-        cells = {c.get("id"): nbtools.source(c) for c in nbtools.read(nb)["cells"] if c["cell_type"] == "code"}
-        for module in nbtools.exported_modules(nb):
-            lines = (nbtools.PACKAGE / f"{module}.py").read_text(encoding="utf-8").splitlines()
-            for i, line in enumerate(lines):
-                if line.startswith("# %% "):
-                    name, _, cell_id = line[len("# %% notebooks/"):].partition(" cell ")
-                    assert name == nb.name and cell_id in cells, f"course/{module}.py:{i + 1}: {line}"
-                    assert nbtools._strip(cells[cell_id]).splitlines()[0] == lines[i + 1], (module, line)
-                    seen += 1
+        cells[nb.name] = {c.get("id"): nbtools.source(c) for c in nbtools.read(nb)["cells"] if c["cell_type"] == "code"}
+        modules |= set(nbtools.exported_modules(nb))
+    seen = 0
+    for module in sorted(modules):
+        lines = (nbtools.PACKAGE / f"{module}.py").read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("# %% "):
+                name, _, cell_id = line[len("# %% notebooks/"):].partition(" cell ")
+                assert cell_id in cells.get(name, {}), f"course/{module}.py:{i + 1}: {line}"
+                assert module in nbtools.exported_modules(nbtools.NOTEBOOKS / name), (module, line)
+                assert nbtools._strip(cells[name][cell_id]).splitlines()[0] == lines[i + 1], (module, line)
+                seen += 1
     assert seen == sum(len(c) for nb in nbtools.solution_notebooks() for c in nbtools.exported_modules(nb).values())
+
+
+def test_a_module_spans_only_consecutive_notebooks(tmp_path, monkeypatch):
+    """course.fused is written by notebooks 11 and 12, one after the other; a module whose notebooks are not
+    consecutive (a third notebook between them) is refused, since its code would run out of the order it is taught."""
+    for name, module in (("01_a", "m"), ("02_b", "other"), ("03_c", "m")):
+        nb = {"cells": [{"cell_type": "code", "id": "x", "metadata": {}, "outputs": [], "execution_count": None,
+                         "source": f"#| export {module}\nX_{name[:2]} = 1\n"}], "metadata": {}, "nbformat": 4,
+              "nbformat_minor": 5}
+        (tmp_path / f"{name}.ipynb").write_text(nbtools.dumps(nb), encoding="utf-8")
+    monkeypatch.setattr(nbtools, "NOTEBOOKS", tmp_path)
+    monkeypatch.setattr(nbtools, "PACKAGE", tmp_path / "pkg")
+    with pytest.raises(ValueError, match="not consecutive"):
+        nbtools.export(check=True)
 
 
 def test_student_notebooks_are_current():

@@ -1,10 +1,10 @@
-"""Checks for notebook 12's exercises (a part of a step's time and a grid barrier's time, from the epoch kernel's
+"""Checks for notebook 13's exercises (a part of a step's time and a grid barrier's time, from the epoch kernel's
 clocks), on random clock tables: no GPU needed."""
 import numpy as np
 
 from course.checks.core import call, exercise, fail
 
-TICK = 32        # ns: %globaltimer's tick on the course's GPU (notebook 12's clocks are multiples of it)
+TICK = 32        # ns: %globaltimer's tick on the course's GPU (notebook 13's clocks are multiples of it)
 NPOINTS = 16     # clock points per step (course.fused.NPOINTS)
 
 
@@ -64,16 +64,16 @@ def _number(ex, case, got, want, wrong, hint):
     fail(ex, case, f"expected {want:.4f} µs, got {float(got):.4f}", hint)
 
 
-@exercise("12.1", nudges=(
+@exercise("13.1", nudges=(
     "A step waits for its slowest block, so in each step one block's time stands for the part. Which block, and over which blocks do you look?",
     "First one number per step (the slowest block's time between the two points), then one number for the epoch: the median step, the middle one once they are sorted, not the average, which a few slow steps would pull up. The clocks count nanoseconds.",
 ), more="""\
   slowest = (T[:, blocks, end] - T[:, blocks, start]).max(axis=1)   # (steps,): the slowest block of each step
   return float(np.median(slowest)) / 1e3                            # the median step, ns -> µs""")
 def check_part_us(part_us, seed=0):
-    """Exercise 12.1: random clock tables (1 to 61 steps, 1 to 132 blocks, slow steps and slow blocks), every
+    """Exercise 13.1: random clock tables (1 to 61 steps, 1 to 132 blocks, slow steps and slow blocks), every
     consecutive pair of clock points and some wider parts, over all the blocks, the first ones and the last ones."""
-    ex = "Exercise 12.1"
+    ex = "Exercise 13.1"
     rng = np.random.default_rng(seed)
     n = 0
     for name, T in _tables(rng):
@@ -110,16 +110,16 @@ def check_part_us(part_us, seed=0):
     return f"{n} parts of 6 random clock tables (1 to 61 steps, 1 to 132 blocks, slow steps and slow blocks)"
 
 
-@exercise("12.2", nudges=(
+@exercise("13.2", nudges=(
     "No block can leave a grid barrier before the last one has arrived. Which block's arrival starts the barrier's own time, and which block's release ends it?",
     "Each block's own wait (its release minus its arrival) also counts the time it waited for slower blocks: that is their lateness, not the barrier. Per step, look across the blocks at each point separately, then take the median over the steps, in µs.",
 ), more="""\
   crossing = T[:, :, release].min(axis=1) - T[:, :, arrive].max(axis=1)   # (steps,): first out - last in
   return float(np.median(crossing)) / 1e3                                 # the median step, ns -> µs""")
 def check_barrier_us(barrier_us, seed=0):
-    """Exercise 12.2: random clock tables whose blocks arrive at the two barriers at different times and leave
+    """Exercise 13.2: random clock tables whose blocks arrive at the two barriers at different times and leave
     together, both barriers."""
-    ex = "Exercise 12.2"
+    ex = "Exercise 13.2"
     rng = np.random.default_rng(seed)
     n = 0
     for name, T in _tables(rng):

@@ -1,5 +1,5 @@
-"""Checks for the exercises of notebooks 10 and 11: the grid barrier's count (10.2), a warp's sum by shuffles (11.1),
-one step of a reduce-scatter (11.2)."""
+"""Checks for the exercises of notebooks 10, 11 and 12: the grid barrier's count (10.2), a block's tile of W1 (11.1),
+a warp's sum by shuffles (11.2), one step of a reduce-scatter (12.1), a warp's 16 class sums (12.2)."""
 import ast
 import inspect
 import textwrap
@@ -11,7 +11,7 @@ from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_
 
 WARP = 32
 SCRATCH = 1024  # the check's kernel: a shared cell per thread for the simulator's shuffles (blocks up to 1024)
-ACC = 16        # values per thread in exercise 11.2's check, as phase B's 16 classes
+ACC = 16        # values per thread in exercise 12.1's check, as phase B's 16 classes
 
 
 SHUFFLES = ("shfl_xor", "shfl_xor_sync", "shfl_sync", "shfl_up_sync", "shfl_down_sync")
@@ -83,7 +83,7 @@ def warp_sums_ref(x):
     return np.repeat(padded.reshape(-1, WARP).sum(axis=1), WARP)[:x.size].astype(np.float32)
 
 
-@exercise("11.1", nudges=(
+@exercise("11.2", nudges=(
     "A butterfly: in each exchange every lane adds the value of a partner lane, so that after all of them every lane holds the warp's sum. How many exchanges does a warp of 32 need?",
     "The partner is the lane whose number differs in one bit: the bit's value halves from one exchange to the next, from 16 down to 1. Does every lane add, or only half of them?",
     "An exchange takes every lane of the warp at once: each lane must call shfl_xor in every exchange, whatever its value (none skipped behind a condition), or its partner gets nothing meaningful back. Does any lane of yours skip one?",
@@ -94,16 +94,16 @@ def warp_sums_ref(x):
       m //= 2
   return v""")
 def check_warp_sum(warp_sum, seed=0):
-    """Exercise 11.1: every thread gets its warp's sum, for blocks of 1-4 warps and sizes that are and are not whole
+    """Exercise 11.2: every thread gets its warp's sum, for blocks of 1-4 warps and sizes that are and are not whole
     warps and blocks."""
-    _no_shuffle_in_a_branch("Exercise 11.1", warp_sum)
+    _no_shuffle_in_a_branch("Exercise 11.2", warp_sum)
     rng = np.random.default_rng(seed)
     cases = []
     for n, block in ((64, 32), (100, 32), (256, 128), (300, 96), (37, 64), *on_a_gpu((2_100, MAX_THREADS))):
         x = rng.standard_normal(n).astype(np.float32)
         cases.append(dict(name=f"{n} values", grid=-(-n // block), block=block, inputs=[x],
                           expected=(warp_sums_ref(x), warp_sums_ref(np.float32(1) - np.float32(2) * x))))
-    return run_cases("Exercise 11.1", _warp_sum_kernel(warp_sum), cases, atol=1e-5, rtol=1e-5,
+    return run_cases("Exercise 11.2", _warp_sum_kernel(warp_sum), cases, atol=1e-5, rtol=1e-5,
                      hint="look at the masks (16, 8, 4, 2, 1: five exchanges, each with lane ^ m), and at what each "
                           "exchange does: add the partner's value to your own, in every lane; every lane must call "
                           "shfl_xor in every exchange, none skipping one behind an `if` (here the simulator exchanges "
@@ -185,7 +185,7 @@ def halve_ref(x, half, mask):
     return (keep + got)[:n].astype(np.float32)
 
 
-@exercise("11.2", nudges=(
+@exercise("12.1", nudges=(
     "Two partner lanes hold the same classes. After the exchange one of them is responsible for the lower half of those classes and the other for the upper half; which one is decided by a single bit of the lane number.",
     "Each lane must send exactly the half it will not keep, and must add what it receives to the half it keeps. Every lane calls the shuffle the same number of times, once per kept class.",
 ), more="""\
@@ -195,10 +195,10 @@ def halve_ref(x, half, mask):
       keep = acc[k + half] if upper else acc[k]
       acc[k] = keep + shfl_xor(scr, send, mask)""")
 def check_halve(halve, seed=0):
-    """Exercise 11.2: after one halve(acc, half, mask, scr), acc[:half] holds the sums of the kept classes of each
+    """Exercise 12.1: after one halve(acc, half, mask, scr), acc[:half] holds the sums of the kept classes of each
     lane and its partner, for the (half, mask) pairs the fused kernels use, blocks of 1-4 warps and sizes that are
     and are not whole blocks."""
-    _no_shuffle_in_a_branch("Exercise 11.2", halve)
+    _no_shuffle_in_a_branch("Exercise 12.1", halve)
     rng = np.random.default_rng(seed)
     cases = []
     for (half, mask), n, block in (((8, 16), 64, 32), ((4, 8), 100, 64), ((2, 4), 256, 128), ((1, 2), 300, 96),
@@ -208,7 +208,103 @@ def check_halve(halve, seed=0):
         cases.append(dict(name=f"{n} threads' values, half={half}, mask={mask}", grid=-(-n // block), block=block,
                           unit=(1, block),   # the threads run along the rows of the output (n, half)
                           inputs=[x, half, mask], expected=halve_ref(x, half, mask)))
-    return run_cases("Exercise 11.2", _halve_kernel(halve), cases, atol=1e-5, rtol=1e-5,
+    return run_cases("Exercise 12.1", _halve_kernel(halve), cases, atol=1e-5, rtol=1e-5,
                      hint="look at which half each lane keeps (the lane's bit `mask` set: the upper half), what it "
                           "sends (the half it drops), and that it adds what it receives to what it keeps, for "
                           "k < half")
+
+
+def _tile_origin_kernel(tile_origin):
+    """A kernel that asks the student's device function where each tile lies: (out_k[t], out_j[t]) =
+    tile_origin(t, hidden), one thread per tile."""
+    @cuda.jit
+    def kernel(hidden, out_k, out_j):
+        t = cuda.grid(1)
+        if t < out_k.shape[0]:
+            k0, j0 = tile_origin(t, hidden)
+            out_k[t] = k0
+            out_j[t] = j0
+    return kernel
+
+
+def tile_origins_ref(K, hidden):
+    """(k0, j0) of every tile of a (K, hidden) W1 cut into TK x TJ tiles, numbered along the hidden units."""
+    from course.fused import TJ, TK
+    jt = -(-hidden // TJ)                                       # tiles along the hidden units (the last may be narrow)
+    t = np.arange(-(-K // TK) * jt)
+    return ((t // jt) * TK).astype(np.float32), ((t % jt) * TJ).astype(np.float32)
+
+
+@exercise("11.1", nudges=(
+    "The tiles are numbered along the hidden units first: tile 0 holds inputs 0-99 and units 0-7, tile 1 inputs 0-99 and units 8-15, and so on to the last unit, then the next 100 inputs. How many tiles lie along the hidden units?",
+    "When hidden is not a multiple of 8 the last tile of each row is narrower, but it is still a tile: round the number of tiles along the hidden units up. Tile t then lies in row t // (that number) and column t % (that number).",
+), more="""\
+  jt = (hidden + TJ - 1) // TJ      # tiles along the hidden units, the last one maybe narrower
+  return (tile // jt) * TK, (tile % jt) * TJ""")
+def check_tile_origin(tile_origin, seed=0):
+    """Exercise 11.1: tile_origin(t, hidden) for every tile of W1s of several shapes (hidden a multiple of TJ and
+    not, one tile to 136), from blocks of several sizes."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for K, hidden, block in ((784, 128, 32), (784, 13, 64), (250, 40, 32), (100, 8, 32), (784, 130, 128),
+                             (int(rng.integers(101, 700)), int(rng.integers(9, 200)), 96)):
+        k0, j0 = tile_origins_ref(K, hidden)
+        cases.append(dict(name=f"a {K} x {hidden} W1 ({k0.size} tiles)", grid=-(-k0.size // block), block=block,
+                          inputs=[hidden], expected=(k0, j0)))
+    return run_cases("Exercise 11.1", _tile_origin_kernel(tile_origin), cases,
+                     hint="output 1 is each tile's first input k0, output 2 its first hidden unit j0. The tiles are "
+                          "numbered along the hidden units first: count the tiles along them, rounded up (a last, "
+                          "narrower tile when hidden is not a multiple of TJ), then the row of tile t is t // that "
+                          "count and its column t % that count; k0 steps by TK, j0 by TJ")
+
+
+def _class_sums_kernel(warp_class_sums):
+    """A kernel that calls the student's device function once: acc = x[i, :16], out[i] = warp_class_sums(acc,
+    scr), for every thread i (past the end of x, acc = 0)."""
+    @cuda.jit
+    def kernel(x, out):
+        scr = cuda.shared.array(SCRATCH, float32)
+        acc = cuda.local.array(ACC, float32)
+        i = cuda.grid(1)
+        for k in range(ACC):
+            acc[k] = x[i, k] if i < x.shape[0] else float32(0)
+        s = warp_class_sums(acc, scr)
+        if i < out.shape[0]:
+            out[i] = s
+    return kernel
+
+
+def class_sums_ref(x):
+    """Thread i (lane l = i % 32) gets class l >> 1 of x summed over the 32 threads of its warp (zeros past the end)."""
+    n = x.shape[0]
+    acc = np.zeros((-(-n // WARP) * WARP, ACC), np.float64)
+    acc[:n] = x
+    sums = acc.reshape(-1, WARP, ACC).sum(axis=1)                 # (warps, 16): each class over a warp
+    lanes = np.arange(acc.shape[0])
+    return sums[lanes // WARP, (lanes % WARP) >> 1][:n].astype(np.float32)
+
+
+@exercise("12.2", nudges=(
+    "Four calls of your halve take 16 classes to 1 per lane: each keeps half of what the lane holds, and doubles the number of lanes each kept sum covers. Which masks, in which order, leave the two lanes l and l ^ 1 with the same class?",
+    "The halvings with masks 16, 8, 4, 2 (halves 8, 4, 2, 1) use every bit of the lane number but the lowest: lanes l and l ^ 1 end with the same class, each summed over the 16 lanes of its own parity. One more exchange adds the two.",
+), more="""\
+  halve(acc, 8, 16, scr)            # 16 classes -> 8, each summed over 2 lanes
+  halve(acc, 4, 8, scr)
+  halve(acc, 2, 4, scr)
+  halve(acc, 1, 2, scr)             # 1 class, summed over the 16 lanes of this lane's parity
+  return acc[0] + shfl_xor(scr, acc[0], 1)     # plus the other parity's 16""")
+def check_warp_class_sums(warp_class_sums, seed=0):
+    """Exercise 12.2: lanes l and l ^ 1 return class l >> 1 of acc summed over their warp, for blocks of 1-4 warps
+    and sizes that are and are not whole blocks."""
+    _no_shuffle_in_a_branch("Exercise 12.2", warp_class_sums)
+    rng = np.random.default_rng(seed)
+    cases = []
+    for n, block in ((64, 32), (100, 64), (256, 128), (300, 96), (37, 32), *on_a_gpu((2_100, MAX_THREADS))):
+        x = rng.standard_normal((n, ACC)).astype(np.float32)
+        cases.append(dict(name=f"{n} threads' 16 values", grid=-(-n // block), block=block, inputs=[x],
+                          expected=class_sums_ref(x)))
+    return run_cases("Exercise 12.2", _class_sums_kernel(warp_class_sums), cases, atol=1e-4, rtol=1e-5,
+                     hint="thread i should return class (i % 32) >> 1 summed over its warp's 32 threads: four "
+                          "halve calls with the masks 16, 8, 4, 2 (halves 8, 4, 2, 1) leave each lane one class "
+                          "summed over the 16 lanes of its parity, and one more exchange with lane ^ 1 adds the "
+                          "other 16")

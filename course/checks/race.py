@@ -1,4 +1,4 @@
-"""Checks for notebook 13's exercise (the time to a target accuracy, from a run's log of evaluations)."""
+"""Checks for notebook 14's exercise (the time to a target accuracy, from a run's log of evaluations)."""
 import numpy as np
 
 from course.checks.core import call, exercise, fail
@@ -57,7 +57,7 @@ def _compare(ex, case, got, want, rtol, why_none, what, hint):
         fail(ex, case, f"expected {want!r} {what}, got {got!r}", hint)
 
 
-@exercise("13.1", nudges=(
+@exercise("14.1", nudges=(
     "The clock runs only while the network trains: the answer adds up the seconds of the intervals, in order, up to a point. Which evaluation is that point?",
     "A run stops at the first evaluation that reaches the target, even if a later one is higher; reaching means at least the target. What does a run that never gets there return?",
 ), more="""\
@@ -68,9 +68,9 @@ def _compare(ex, case, got, want, rtol, why_none, what, hint):
           return clock
   return None                         # never reached""")
 def check_time_to_target(time_to_target, seed=0):
-    """Exercise 13.1: logs of random lengths with noisy accuracies, and the rule's edge cases (exactly the target, a
+    """Exercise 14.1: logs of random lengths with noisy accuracies, and the rule's edge cases (exactly the target, a
     better evaluation later, never, at once, an empty log)."""
-    ex = "Exercise 13.1"
+    ex = "Exercise 14.1"
     rng = np.random.default_rng(seed)
     cases = _logs(rng)
     for name, log in cases:
@@ -93,7 +93,7 @@ def recipe_time_ref(times):
     return float(np.median(times))
 
 
-@exercise("13.2", nudges=(
+@exercise("14.2", nudges=(
     "A recipe that reached the target with only some of its seeds has not shown that it reaches it: what should its time be then?",
     "With every seed there, the middle of the sorted times is the answer; with an even number of seeds there are two middles.",
 ), more="""\
@@ -103,9 +103,9 @@ def recipe_time_ref(times):
   n = len(s)
   return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2""")
 def check_recipe_time(recipe_time, seed=0):
-    """Exercise 13.2: random seeds' times (odd and even numbers of seeds, in random order), some with a seed that
+    """Exercise 14.2: random seeds' times (odd and even numbers of seeds, in random order), some with a seed that
     missed, all missing, one seed, none."""
-    ex = "Exercise 13.2"
+    ex = "Exercise 14.2"
     rng = np.random.default_rng(seed)
     cases = []
     for n in (1, 2, 3, 4, 5, 6, 7):

@@ -272,7 +272,7 @@ RUNNERS = {"course_fused": run_course_fused, "pytorch_graph": run_pytorch_graph,
 
 def run_to_target(data, recipe, seed, target, quick=False):
     """(seconds to target or None, epochs run, best accuracy) of one run; it stops at the target. The clock is
-    notebook 13's `time_to_target` (exercise 13.1) over the run's log of (interval seconds, accuracy)."""
+    notebook 14's `time_to_target` (exercise 14.1) over the run's log of (interval seconds, accuracy)."""
     log, clock, best = [], 0.0, 0.0
     for seconds, acc in RUNNERS[recipe.impl](data[recipe.impl.split("_")[0]], recipe, seed, quick):
         log.append((seconds - clock, acc))
@@ -283,8 +283,8 @@ def run_to_target(data, recipe, seed, target, quick=False):
 
 
 def row(recipe, stage, runs):
-    """A JSON row: the recipe, the median over seeds (None where any seed missed the target: notebook 13's
-    `recipe_time`, exercise 13.2), each seed's time."""
+    """A JSON row: the recipe, the median over seeds (None where any seed missed the target: notebook 14's
+    `recipe_time`, exercise 14.2), each seed's time."""
     secs = [r[0] for r in runs]
     med = recipe_time(secs)
     med = None if med is None else float(med)

@@ -96,7 +96,7 @@ def _find(name, every):
 
 def student_modules():
     """{module: source} of the notebooks' exported modules with every solution block replaced by its stub."""
-    out = {}
+    parts_of, owners = {}, {}   # a module may span consecutive notebooks (course.fused: 11 and 12)
     for nb in nbtools.solution_notebooks():
         code = [c for c in nbtools.read(nb)["cells"] if c["cell_type"] == "code"]
         cells = [nbtools.source(c) for c in code]
@@ -108,9 +108,10 @@ def student_modules():
                     chunks.setdefault(value or default, []).append(
                         nbtools.marker(nb.name, code[i], i) + "\n" + nbtools.student_cell(src, f"{nb.name} cell {i}"))
         for module, parts in chunks.items():
-            out[module] = (STUDENT_HEADER.format(nb=f"notebooks/{nb.name}") + "\n" + "\n\n\n".join(parts) + "\n"
-                           + STUDENT_FOOTER)
-    return out
+            parts_of.setdefault(module, []).extend(parts)
+            owners.setdefault(module, []).append(f"notebooks/{nb.name}")
+    return {module: STUDENT_HEADER.format(nb=" and ".join(owners[module])) + "\n" + "\n\n\n".join(parts) + "\n"
+            + STUDENT_FOOTER for module, parts in parts_of.items()}
 
 
 def student_build(dest, hint_answers=True):
