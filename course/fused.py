@@ -349,7 +349,8 @@ def gather_tiles(X, perm, base, B, Xt, row0, v, stride):
 
 @cuda.jit(device=True)
 def wait_x(mbar, parity):
-    """Every thread waits until the copy of mbar's phase `parity` has landed in shared memory."""
+    """Every thread waits until the copy of mbar's round of parity `parity` has
+    landed in shared memory."""
     while copy_done(mbar, parity) == 0:
         pass
 
@@ -357,7 +358,7 @@ def wait_x(mbar, parity):
 @cuda.jit(device=True)
 def start_copies(Xt, row, B, sX, mbar):
     """At the start of a launch: sX := zeros, mbar := a new mbarrier, then the copy of the first batch's tile
-    starts (phase 0 of mbar). Every thread of the block must call it."""
+    starts (round 0 of mbar). Every thread of the block must call it."""
     v = cuda.threadIdx.x
     while v < X_CELLS:
         sX[v] = float32(0.0)
@@ -436,7 +437,7 @@ def forward_tile(sX, sW, B, j0, Z, scr):
 def phase_a(data, base, w, acts, sX, sW, sP, origin, fresh_w, mbar, copies, T, i):
     """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is staged when
     `fresh_w` (else sW holds it, as phase C left it); origin: tile_origin of the block's first tile. X[batch, tile]
-    is staged, or when `copies` (one tile per block) waits for the TMA: mbar's phase i % 2. Every thread
+    is staged, or when `copies` (one tile per block) waits for the TMA: mbar's round of parity i % 2. Every thread
     of the block must call it. data: a Batch, w: Weights, acts: Acts (phase A reads X, perm, W1 and adds into Z)."""
     X, perm, W1, Z = data.X, data.perm, w.W1, acts.Z
     B = Z.shape[0]
