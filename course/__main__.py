@@ -81,7 +81,7 @@ def parser():
     sub.add_parser("doctor", help="check Python, the packages, the driver and the GPU: one line with its fix per "
                                   "problem, exit code 1 if there is any").set_defaults(run=run_doctor)
     cli_train.add_parser(sub)
-    b = sub.add_parser("bench", help="time one epoch of the same model through every implementation (notebooks 08-12)")
+    b = sub.add_parser("bench", help="time one epoch of the same model through every implementation (notebooks 08-14)")
     b.add_argument("--quick", action="store_true", help="a tiny run that checks the pipeline (works in the simulator)")
     b.add_argument("--out", type=output_file, default=None, help="write the results as JSON to this file")
     b.set_defaults(run=run_bench)

@@ -4,9 +4,9 @@ where it is taught). Words: whitespace-separated tokens of a markdown cell's sou
 What a first reading meets is bounded too: the code left visible, outside the cells tagged `reference`, whose source
 JupyterLab shows collapsed (course.tools.nbtools.collapse_reference), at most what 01-07 show.
 
-A first reading of each performance notebook (08-13) fits ~45 minutes by one fixed rule, the same for every notebook
+A first reading of each performance notebook (08-14) fits ~45 minutes by one fixed rule, the same for every notebook
 (first_reading): its student copy's prose, visible code, saved outputs and exercises, each at a stated rate.
-`python tests/test_notebook_sizes.py` prints the table for all thirteen.
+`python tests/test_notebook_sizes.py` prints the table for all fourteen.
 
 A few cells of notebooks 01-07 were over the budget when it was set; they are pinned at their size (OVER), so they
 cannot grow, and the test fails once one fits (then it leaves the list)."""
@@ -35,7 +35,7 @@ CODE_LPM = 20            # visible non-blank code lines a minute (kernels slower
 SAVED_LPM = 10           # lines of a saved output a minute (tables read for what they show)
 FIGURE_MIN = 1           # minutes a saved plot
 EXERCISE_MIN = 7         # minutes an exercise (the trials: 2-10)
-PERF_MINUTES = 48        # ~45 minutes for 08-13 (issue 28)
+PERF_MINUTES = 48        # ~45 minutes for 08-14 (issue 28)
 PERFORMANCE = [n for n in NOTEBOOKS if n >= "08"]
 
 

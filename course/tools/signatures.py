@@ -73,7 +73,7 @@ _FWD = f"{_STATE}, int64, {_T}"
 _BWD = f"{_STATE}, int64, {_V}, {_T}"
 _UPD = f"{_STATE}, int64, float32, {_T}"
 _STEPS = f"{_STATE}, int64, int64, float32, {_V}, {_T}, uint64[::1], float32[:, ::1]"
-PERF = {  # every kernel of notebooks 08-11 (course.perf, course.graphs, course.matmul, course.merged, course.fused), as launchers and checks call it
+PERF = {  # every kernel of notebooks 08-12 (course.perf, course.graphs, course.matmul, course.merged, course.fused), as launchers and checks call it
     "course.perf:empty1_kernel": [_V],
     "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
     "course.matmul:matmul_v3_kernel": [f"{_M2}, {_M2}, {_M2}", f"{_A2}, {_A2}, {_A2}"],
