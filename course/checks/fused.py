@@ -251,11 +251,15 @@ def check_tile_origin(tile_origin, seed=0):
         k0, j0 = tile_origins_ref(K, hidden)
         cases.append(dict(name=f"a {K} x {hidden} W1 ({k0.size} tiles)", grid=-(-k0.size // block), block=block,
                           inputs=[hidden], expected=(k0, j0)))
-    return run_cases("Exercise 11.1", _tile_origin_kernel(tile_origin), cases,
+    blocks = ", ".join(sorted({str(c["block"]) for c in cases}))
+    tiles = sorted(c["expected"][0].size for c in cases)
+    run_cases("Exercise 11.1", _tile_origin_kernel(tile_origin), cases,
                      hint="output 1 is each tile's first input k0, output 2 its first hidden unit j0. The tiles are "
                           "numbered along the hidden units first: count the tiles along them, rounded up (a last, "
                           "narrower tile when hidden is not a multiple of TJ), then the row of tile t is t // that "
                           "count and its column t % that count; k0 steps by TK, j0 by TJ")
+    return (f"every tile of {len(cases)} W1 shapes ({tiles[0]} to {tiles[-1]} tiles; hidden a multiple of TJ and "
+            f"not), a thread per tile, blocks {blocks}")
 
 
 def _class_sums_kernel(warp_class_sums):
@@ -303,8 +307,11 @@ def check_warp_class_sums(warp_class_sums, seed=0):
         x = rng.standard_normal((n, ACC)).astype(np.float32)
         cases.append(dict(name=f"{n} threads' 16 values", grid=-(-n // block), block=block, inputs=[x],
                           expected=class_sums_ref(x)))
-    return run_cases("Exercise 12.2", _class_sums_kernel(warp_class_sums), cases, atol=1e-4, rtol=1e-5,
+    blocks = ", ".join(sorted({str(c["block"]) for c in cases}))
+    run_cases("Exercise 12.2", _class_sums_kernel(warp_class_sums), cases, atol=1e-4, rtol=1e-5,
                      hint="thread i should return class (i % 32) >> 1 summed over its warp's 32 threads: four "
                           "halve calls with the masks 16, 8, 4, 2 (halves 8, 4, 2, 1) leave each lane one class "
                           "summed over the 16 lanes of its parity, and one more exchange with lane ^ 1 adds the "
                           "other 16")
+    return (f"{len(cases)} random cases of 16 values per thread ({min(c['inputs'][0].shape[0] for c in cases)} to "
+            f"{max(c['inputs'][0].shape[0] for c in cases):,} threads, whole warps and not), blocks {blocks}")
