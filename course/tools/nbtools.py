@@ -351,7 +351,7 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
 
 
 def add_mine_cells(nb, name):
-    """Student copies from 03 on call course.use_mine() in their first cell; 06, 07 and 12 end with what ran on the
+    """Student copies from 03 on call course.use_mine() in their first cell; 06, 07 and 13 end with what ran on the
     student's kernels (the payoff). Every student copy's first cells also get the Colab badge and block (course/tools/colab.py)."""
     from .colab import add_colab
     add_colab(nb, name)
