@@ -159,7 +159,34 @@ def test_tile_origin_numbered_along_the_inputs_is_rejected():
     ("halve(acc, 8, 16, scr)", "halve(acc, 8, 1, scr)"),                    # bit 0 used before the last exchange
     ("halve(acc, 1, 2, scr)", "pass"),                                      # a halving left out
     ("return acc[0] +", "return acc[1] +"),                                 # the wrong kept class
+    ("return acc[0] + shfl_xor(scr, acc[0], 1)",                             # the last shuffle in a branch
+     "return acc[0] + shfl_xor(scr, acc[0], 1) if cuda.threadIdx.x < 32 else acc[0]"),
 ])
 def test_warp_class_sums_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 12.2"):
         checks.check_warp_class_sums(mutant(warp_class_sums, old, new))
+
+
+def test_other_correct_tile_origins_and_class_sums_pass():
+    """Correct answers written differently from the solutions: the tiles counted by a ceiling division written with
+    negation, and the class sums' halvings in a loop with the last exchange into a local."""
+    from course.fused import TJ, TK
+
+    @cuda.jit(device=True)
+    def tile_origin_neg(tile, hidden):
+        per_row = -(-hidden // TJ)
+        row = tile // per_row
+        return row * TK, (tile - row * per_row) * TJ
+
+    @cuda.jit(device=True)
+    def class_sums_loop(acc, scr):
+        half = 8
+        while half > 0:
+            halve(acc, half, 2 * half, scr)
+            half //= 2
+        s = acc[0]
+        s += shfl_xor(scr, s, 1)
+        return s
+
+    checks.check_tile_origin(tile_origin_neg)
+    checks.check_warp_class_sums(class_sums_loop)
