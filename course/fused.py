@@ -488,7 +488,7 @@ def row_backward(r, label, w, acts, losses, step, sP, T, i):
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = H.shape
     C = W2.shape[1]
-    lane, w = t % 32, t // 32
+    lane, warp = t % 32, t // 32
     sR = sP[:16 * NC_PAD]                        # (warp, class): each warp's sums, at most 16 warps
     sD = sP[16 * NC_PAD:17 * NC_PAD]             # dZ2[r]
     scr = sP[P_CELLS - 512:]                     # the simulator's shuffles
@@ -518,16 +518,16 @@ def row_backward(r, label, w, acts, losses, step, sP, T, i):
         j += nt
     s = warp_class_sums(acc, scr)
     if lane % 2 == 0:
-        sR[w * NC_PAD + lane // 2] = s
+        sR[warp * NC_PAD + lane // 2] = s
     cuda.syncthreads()
     stamp(T, i, AT_LOGITS)
     z4 = cuda.local.array(4, float32)            # 4 sums, so that the 16 loads do not wait for each other
     for q in range(4):
         z4[q] = float32(0.0)
     cu = uint64(c)
-    for w2 in range(16):                         # constant length: unrolled, the loads go out together
-        if w2 < nt // 32:
-            z4[w2 % 4] += sR[cu + uint64(w2 * NC_PAD)]
+    for wp in range(16):                         # constant length: unrolled, the loads go out together
+        if wp < nt // 32:
+            z4[wp % 4] += sR[cu + uint64(wp * NC_PAD)]
     zc += (z4[0] + z4[1]) + (z4[2] + z4[3])
     m = zc if c < C else float32(-3.0e38)        # the softmax across lanes c < C of each half-warp
     for mask in (1, 2, 4, 8):
