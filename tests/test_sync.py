@@ -30,7 +30,7 @@ def test_generated_modules_mark_each_chunk_with_its_cell():
 
 def test_a_module_spans_only_consecutive_notebooks(tmp_path, monkeypatch):
     """course.fused is written by notebooks 11 and 12, one after the other; a module whose notebooks are not
-    consecutive (a third notebook between them) is refused, since its code would run out of the order it is taught."""
+    consecutive (a third notebook between them) is refused, by the export and by the student build, since its code would run out of the order it is taught."""
     for name, module in (("01_a", "m"), ("02_b", "other"), ("03_c", "m")):
         nb = {"cells": [{"cell_type": "code", "id": "x", "metadata": {}, "outputs": [], "execution_count": None,
                          "source": f"#| export {module}\nX_{name[:2]} = 1\n"}], "metadata": {}, "nbformat": 4,
@@ -40,6 +40,9 @@ def test_a_module_spans_only_consecutive_notebooks(tmp_path, monkeypatch):
     monkeypatch.setattr(nbtools, "PACKAGE", tmp_path / "pkg")
     with pytest.raises(ValueError, match="not consecutive"):
         nbtools.export(check=True)
+    from course.tools import teach
+    with pytest.raises(ValueError, match="not consecutive"):   # the student build groups them the same way
+        teach.student_modules()
 
 
 def test_student_notebooks_are_current():

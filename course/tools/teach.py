@@ -96,22 +96,9 @@ def _find(name, every):
 
 def student_modules():
     """{module: source} of the notebooks' exported modules with every solution block replaced by its stub."""
-    parts_of, owners = {}, {}   # a module may span consecutive notebooks (course.fused: 11 and 12)
-    for nb in nbtools.solution_notebooks():
-        code = [c for c in nbtools.read(nb)["cells"] if c["cell_type"] == "code"]
-        cells = [nbtools.source(c) for c in code]
-        default = next((v for c in cells for k, v in nbtools.directives(c) if k == "default_exp"), None)
-        chunks = {}
-        for i, src in enumerate(cells):
-            for name, value in nbtools.directives(src):
-                if name == "export":
-                    chunks.setdefault(value or default, []).append(
-                        nbtools.marker(nb.name, code[i], i) + "\n" + nbtools.student_cell(src, f"{nb.name} cell {i}"))
-        for module, parts in chunks.items():
-            parts_of.setdefault(module, []).extend(parts)
-            owners.setdefault(module, []).append(f"notebooks/{nb.name}")
-    return {module: STUDENT_HEADER.format(nb=" and ".join(owners[module])) + "\n" + "\n\n\n".join(parts) + "\n"
-            + STUDENT_FOOTER for module, parts in parts_of.items()}
+    sources = nbtools.module_sources(nbtools.student_cell)   # a module may span consecutive notebooks
+    return {module: STUDENT_HEADER.format(nb=" and ".join(f"notebooks/{name}" for name in owners)) + "\n"
+            + "\n\n\n".join(parts) + "\n" + STUDENT_FOOTER for module, (owners, parts) in sources.items()}
 
 
 def student_build(dest, hint_answers=True):
