@@ -962,7 +962,7 @@ def fused_steps_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step0, nsteps,
         stamp(T, i, AT_STEP)
         phase_a(data, step * B, w, acts, sX, sW, sP, origin, not kept or i == 0, mbar, copies, T, i)
         if i > 0 and spare:
-            update_small(lr, w, acts, ntiles, sX, T, i)   # the step before's (tile blocks: nothing)
+            update_small(lr, w, acts, ntiles, sX, T, i)   # the step before's, staged in sX (tile blocks: nothing)
         elif i > 0:
             update_units(lr, w, acts, sP)     # the step before's hidden units
         stamp(T, i, AT_BARRIER_1)
@@ -973,8 +973,8 @@ def fused_steps_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step0, nsteps,
         stamp(T, i, AT_BARRIER_2)
         grid_barrier(grid, bar)                  # H, dZ2 and dH are complete, Z is zero again
         stamp(T, i, AFTER_BARRIER_2)
-        phase_c(data, step * B, lr, w, acts, sX, sW, sdH, sP, origin, kept, Xt, mbar, copies and i + 1 < nsteps, T,
-                i)
+        copy_next = copies and i + 1 < nsteps    # the last step has no next batch to copy
+        phase_c(data, step * B, lr, w, acts, sX, sW, sdH, sP, origin, kept, Xt, mbar, copy_next, T, i)
         stamp(T, i, AT_STEP_END)
     if spare:
         update_small(lr, w, acts, ntiles, sX, T, nsteps)

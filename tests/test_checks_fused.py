@@ -107,6 +107,25 @@ def test_halve_with_a_shuffle_in_each_branch_is_refused_by_reading_its_code():
                      "acc[k] = keep + (shfl_xor(scr, send, mask) if upper else shfl_xor(scr, send, mask))")
     assert checks.shuffle_in_a_branch(ternary) is not None   # the arms of a conditional expression are branches too
 
+
+def test_a_shuffle_check_that_cannot_read_the_code_says_so_in_its_pass_line(capsys):
+    """A function made by exec of a string has no readable source (a Jupyter cell has one): the branch rule cannot be
+    checked, and the pass line must not claim it was (a fresh reader's answer with an `if` passed silently)."""
+    ns = {"cuda": cuda, "shfl_xor": shfl_xor}
+    exec(compile("""
+@cuda.jit(device=True)
+def halve(acc, half, mask, scr):
+    for k in range(half):
+        if cuda.threadIdx.x & mask:
+            acc[k] = acc[k + half] + shfl_xor(scr, acc[k], mask)
+        else:
+            acc[k] = acc[k] + shfl_xor(scr, acc[k + half], mask)
+""", "<string>", "exec"), ns)
+    checks.check_halve(ns["halve"])
+    assert checks.UNREAD in capsys.readouterr().out
+    checks.check_halve(halve)
+    assert "passed" in (out := capsys.readouterr().out) and checks.UNREAD not in out
+
 def test_warp_sum_check_rejects_a_sum_through_shared_memory_that_a_second_call_overwrites():
     """A student's answer without shuffles (a fresh student's, issue 28): each lane writes scr, one barrier, then
     sums its warp's 32 cells. Called once it is right; called twice in a row, the second call's writes land while

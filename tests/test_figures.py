@@ -455,7 +455,7 @@ FIGURES = [
     Fig("08", "cg10", r"\| 15 → 1 \| about \d+ \| \*\*about (\d+)\*\*", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
     Fig("08", "cg10", r"\| 1 \| about (\d+) \(eager\)", calc(lambda s: s * 1e3, TORCH_S), tol=0.01),
     Fig("08", "cg10", r"\(eager\) \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
-    Fig("12", "cf1", r"its ([\d.]+) µs overlap", SPARE_US),
+    Fig("12", "cf1", r"its ([\d.]+) µs \(measured in notebook 13\) overlap", SPARE_US),
     # --- 08 section 6: the batch-size sweep (results/scaling-h200.json) ---
     Fig("14", "sc3", r"graph takes (\d+) µs at batch 256", STEP_US("course_plain_graph", 256)),
     Fig("14", "sc3", r"about (\d+) times faster than both", calc(lambda a, b: min(a, b),
