@@ -89,23 +89,40 @@ def test_halve_check_rejects(old, new):
         checks.check_halve(mutant(halve, old, new))
 
 
-def test_halve_with_a_shuffle_in_each_branch_is_refused_by_reading_its_code():
-    """A fresh reader's answer (issue 28): the upper and lower lanes each call shfl_xor in their own branch. The
-    simulator's stand-in gives the right sums; on a GPU it is undefined. The check reads the code and says so; a
-    conditional expression that picks what to send (the solution) is not a branch around the call."""
+def test_halve_with_a_shuffle_in_each_branch_passes_from_volta_on():
+    """A fresh reader's answer (issue 28): the upper and lower lanes each call shfl_xor in their own branch. From
+    compute capability 7.0 on (the T4, the H200) shfl.sync waits for the lanes of its mask at any shfl.sync, so it
+    is right and passes; before 7.0 every lane must reach the same call (strict)."""
     both = mutant(halve, """        send = acc[k] if upper else acc[k + half]
         keep = acc[k + half] if upper else acc[k]
         acc[k] = keep + shfl_xor(scr, send, mask)""", """        if upper:
             acc[k] = acc[k + half] + shfl_xor(scr, acc[k], mask)
         else:
             acc[k] = acc[k] + shfl_xor(scr, acc[k + half], mask)""")
-    with pytest.raises(CheckFailure, match="Exercise 12.1") as e:
-        checks.check_halve(both)
-    assert "inside an `if`/`else` branch" in str(e.value), str(e.value)
-    assert checks.shuffle_in_a_branch(halve) is None and checks.shuffle_in_a_branch(warp_sum) is None
+    checks.check_halve(both)
+    assert checks.skipped_shuffle(both) is None and checks.skipped_shuffle(both, strict=True) is not None
+    for solution in (halve, warp_sum, warp_class_sums):
+        assert checks.skipped_shuffle(solution, strict=True) is None
     ternary = mutant(halve, "acc[k] = keep + shfl_xor(scr, send, mask)",
                      "acc[k] = keep + (shfl_xor(scr, send, mask) if upper else shfl_xor(scr, send, mask))")
-    assert checks.shuffle_in_a_branch(ternary) is not None   # the arms of a conditional expression are branches too
+    assert checks.skipped_shuffle(ternary) is None and checks.skipped_shuffle(ternary, strict=True) is not None
+
+
+def test_halve_with_a_shuffle_only_some_lanes_make_is_refused_by_reading_its_code():
+    """A shuffle in one arm only: the lanes of the other arm skip it. The code is read before anything runs (on a GPU
+    the lanes that make it would wait for the others)."""
+    one_arm = mutant(halve, "acc[k] = keep + shfl_xor(scr, send, mask)",
+                     "acc[k] = keep + (shfl_xor(scr, send, mask) if upper else float32(0.0))")
+    assert checks.skipped_shuffle(one_arm) is not None
+    with pytest.raises(CheckFailure, match="a shuffle that not every lane makes"):
+        checks.check_halve(one_arm)
+    nested = mutant(halve, """        acc[k] = keep + shfl_xor(scr, send, mask)""", """        if upper:
+            if k > 0:
+                keep = keep + shfl_xor(scr, send, mask)
+            acc[k] = keep
+        else:
+            acc[k] = keep + shfl_xor(scr, send, mask)""")
+    assert checks.skipped_shuffle(nested) is not None   # as many calls in each arm, but one of them behind an if
 
 
 def test_a_shuffle_check_that_cannot_read_the_code_says_so_in_its_pass_line(capsys):

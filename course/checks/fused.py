@@ -7,6 +7,8 @@ import textwrap
 import numpy as np
 from numba import cuda, float32
 
+import course
+
 from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_cases
 
 WARP = 32
@@ -17,10 +19,12 @@ ACC = 16        # values per thread in exercise 12.1's check, as phase B's 16 cl
 SHUFFLES = ("shfl_xor", "shfl_xor_sync", "shfl_sync", "shfl_up_sync", "shfl_down_sync")
 
 
-def shuffle_in_a_branch(fn):
-    """The line (in fn's source) of a warp shuffle called inside a branch (an `if`/`else` or a conditional
-    expression's arms), or None. The simulator cannot see it; on a GPU the lanes of a warp must all make the same
-    shuffle call, so two calls in two arms is undefined. None also when fn's source cannot be read."""
+def skipped_shuffle(fn, strict=False):
+    """The line (in fn's source) of a warp shuffle that only some lanes may reach, or None: one inside an arm of an
+    `if`/`else` or a conditional expression whose other arm makes fewer shuffle calls (the lanes there skip it).
+    Shuffles in both arms, as many in each, are fine from Volta on (compute capability 7.0: shfl.sync waits for the
+    lanes of its mask at any shfl.sync); `strict` (an older GPU, where every lane must reach the same call) flags any
+    shuffle in a branch. None also when fn's source cannot be read (_readable)."""
     py = getattr(fn, "py_func", fn)
     try:
         src = textwrap.dedent(inspect.getsource(py))
@@ -29,43 +33,52 @@ def shuffle_in_a_branch(fn):
     except (OSError, TypeError, SyntaxError):
         return None
 
-    def walk(node, in_branch):
-        if isinstance(node, ast.Call) and in_branch:
-            f = node.func
-            if getattr(f, "id", None) in SHUFFLES or getattr(f, "attr", None) in SHUFFLES:
-                return first + node.lineno - 1
+    def shuffles(nodes):
+        return [n for node in nodes for n in ast.walk(node) if isinstance(n, ast.Call)
+                and (getattr(n.func, "id", None) in SHUFFLES or getattr(n.func, "attr", None) in SHUFFLES)]
+
+    def walk(node):
         if isinstance(node, (ast.If, ast.IfExp)):
-            branches = (node.body if isinstance(node, ast.If) else [node.body]) + \
-                       (node.orelse if isinstance(node, ast.If) else [node.orelse])
-            children = [(node.test, in_branch)] + [(b, True) for b in branches]
-        else:
-            children = [(c, in_branch) for c in ast.iter_child_nodes(node)]
-        for child, branch in children:
-            line = walk(child, branch)
+            arms = ((node.body, node.orelse) if isinstance(node, ast.If) else ([node.body], [node.orelse]))
+            calls = [shuffles(arm) for arm in arms]
+            if len(calls[0]) != len(calls[1]) or (strict and calls[0]):
+                return first + max(calls, key=len)[0].lineno - 1
+        for child in ast.iter_child_nodes(node):
+            line = walk(child)
             if line is not None:
                 return line
         return None
-    return walk(tree, False)
+    return walk(tree)
 
 
-UNREAD = ("; your function's text could not be read (defined by exec?), so 'no shuffle in a branch' went "
-          "unchecked")
+UNREAD = ("; your function's text could not be read (defined by exec?), so the rule that every lane makes every "
+          "shuffle was checked only by running it")
 
 
-def _no_shuffle_in_a_branch(ex, fn):
-    """Fail when fn calls a shuffle inside a branch (shuffle_in_a_branch); return UNREAD for the pass line when fn's
-    source cannot be read (a function made by exec of a string: Jupyter's cells can be read), else ""."""
+def _before_volta():
+    """True on a GPU older than compute capability 7.0 (every lane of a shuffle must reach the same call there)."""
+    return not course.SIMULATOR and cuda.get_current_device().compute_capability < (7, 0)
+
+
+def _every_lane_shuffles(ex, fn):
+    """Fail when fn has a shuffle that only some lanes reach (skipped_shuffle); return UNREAD for the pass line when
+    fn's source cannot be read (a function made by exec of a string: Jupyter's cells can be read), else ""."""
     __tracebackhide__ = True
     try:
         inspect.getsource(getattr(fn, "py_func", fn))
     except (OSError, TypeError):
         return UNREAD
-    line = shuffle_in_a_branch(fn)
+    strict = _before_volta()
+    line = skipped_shuffle(fn, strict)
     if line is not None:
-        fail(ex, "reading your function's code", f"a shuffle is called inside an `if`/`else` branch (line {line}): "
-             "every lane must call shfl_xor in every exchange, and at the same call: on a GPU, calls in different "
-             "branches are undefined (the simulator cannot show it)", "choose what to send first (a conditional "
-             "expression can), then call shfl_xor once, outside any branch, in every lane")
+        why = ("on this GPU (before compute capability 7.0) every lane must reach the same shuffle call, so none may "
+               "sit inside a branch" if strict else
+               "every lane must call shfl_xor in every exchange, and this one sits in an arm of an `if`/`else` (or a "
+               "conditional expression) whose other arm makes fewer shuffle calls: the lanes there skip it, so their "
+               "partners read a stale value here, and on a GPU wait for a lane that never comes (undefined)")
+        fail(ex, "reading your function's code", f"a shuffle that not every lane makes (line {line}): {why}",
+             "choose what to send first (a conditional expression can), then call shfl_xor once, outside any "
+             "branch, in every lane")
     return ""
 
 
@@ -106,7 +119,7 @@ def warp_sums_ref(x):
 def check_warp_sum(warp_sum, seed=0):
     """Exercise 11.2: every thread gets its warp's sum, for blocks of 1-4 warps and sizes that are and are not whole
     warps and blocks."""
-    unread = _no_shuffle_in_a_branch("Exercise 11.2", warp_sum)
+    unread = _every_lane_shuffles("Exercise 11.2", warp_sum)
     rng = np.random.default_rng(seed)
     cases = []
     for n, block in ((64, 32), (100, 32), (256, 128), (300, 96), (37, 64), *on_a_gpu((2_100, MAX_THREADS))):
@@ -209,7 +222,7 @@ def check_halve(halve, seed=0):
     """Exercise 12.1: after one halve(acc, half, mask, scr), acc[:half] holds the sums of the kept classes of each
     lane and its partner, for the (half, mask) pairs the fused kernels use, blocks of 1-4 warps and sizes that are
     and are not whole blocks."""
-    unread = _no_shuffle_in_a_branch("Exercise 12.1", halve)
+    unread = _every_lane_shuffles("Exercise 12.1", halve)
     rng = np.random.default_rng(seed)
     cases = []
     for (half, mask), n, block in (((8, 16), 64, 32), ((4, 8), 100, 64), ((2, 4), 256, 128), ((1, 2), 300, 96),
@@ -313,7 +326,7 @@ def class_sums_ref(x):
 def check_warp_class_sums(warp_class_sums, seed=0):
     """Exercise 12.2: lanes l and l ^ 1 return class l >> 1 of acc summed over their warp, for blocks of 1-4 warps
     and sizes that are and are not whole blocks."""
-    unread = _no_shuffle_in_a_branch("Exercise 12.2", warp_class_sums)
+    unread = _every_lane_shuffles("Exercise 12.2", warp_class_sums)
     rng = np.random.default_rng(seed)
     cases = []
     for n, block in ((64, 32), (100, 64), (256, 128), (300, 96), (37, 32), *on_a_gpu((2_100, MAX_THREADS))):
