@@ -393,10 +393,11 @@ def stage_w(W1, k0, j0, sW):
 @cuda.jit(device=True)
 def forward_tile(sX, sW, B, j0, Z, scr):
     """Z[r, j0 + jj] += sum over kk of sX[r, kk] sW[kk, jj], the partial sums kept in registers (none in
-    shared memory). Thread u = (rg, half, s) sums ROWS_A rows rg, rg + 64 / ROWS_A, ... x units
-    4 half .. 4 half + 3 over the chunks s, s + L, ... of CH inputs (L = 4 ROWS_A lanes), each a 16-byte load
+    shared memory). Thread u = (rg, quad, s) sums ROWS_A rows rg, rg + 64 / ROWS_A, ... x the units
+    4 quad .. 4 quad + 3 (quad: which 4 of the tile's 8) over the chunks s, s + L, ... of CH inputs (L = 4 ROWS_A
+    lanes), each a 16-byte load
     (ROWS_A of X and 4 of W1: 16 ROWS_A multiply-adds); the L lanes s of the warp then add up their sums with
-    shuffles (halve), each keeping one, of row rg + (s >> 2) 64 / ROWS_A and unit 4 half + s % 4, which it adds
+    shuffles (halve), each keeping one, of row rg + (s >> 2) 64 / ROWS_A and unit 4 quad + s % 4, which it adds
     into Z, atomically. Every thread must call it."""
     hidden = Z.shape[1]
     L = 4 * ROWS_A                               # lanes that split a row group's chunks
@@ -406,7 +407,7 @@ def forward_tile(sX, sW, B, j0, Z, scr):
     u0 = 0
     while u0 < 2 * L * G:                        # a pass for every thread (the simulator's shuffles need them all)
         u = uint64(u0 + cuda.threadIdx.x)
-        s, half, rg = u % uint64(L), (u // uint64(L)) % uint64(2), u // uint64(2 * L)
+        s, quad, rg = u % uint64(L), (u // uint64(L)) % uint64(2), u // uint64(2 * L)
         for q in range(4 * ROWS_A):
             acc[q] = float32(0.0)
         for t in range((NCH + L - 1) // L):
@@ -416,7 +417,7 @@ def forward_tile(sX, sW, B, j0, Z, scr):
                     x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3] = load4(
                         sX, (rg + uint64(i * G)) * XS_U + uint64(CH) * c)       # X[rg + iG, 4c .. 4c + 3]
                 for kk in range(CH):
-                    w = load4(sW, c * uint64(WC) + uint64(kk * TJ) + uint64(4) * half)  # W1[4c + kk, 4 half ..]
+                    w = load4(sW, c * uint64(WC) + uint64(kk * TJ) + uint64(4) * quad)  # W1[4c + kk, 4 quad ..]
                     for i in range(ROWS_A):
                         for q in range(4):
                             acc[4 * i + q] += x[4 * i + kk] * w[q]
@@ -426,7 +427,7 @@ def forward_tile(sX, sW, B, j0, Z, scr):
         halve(acc, 2, 2, scr)                    # bits 1, 0: the unit
         halve(acc, 1, 1, scr)
         r = int(rg) + G * int(s >> uint64(2))
-        jj = 4 * int(half) + int(s % uint64(4))
+        jj = 4 * int(quad) + int(s % uint64(4))
         if r < B and j0 + jj < hidden:
             cuda.atomic.add(Z, (r, j0 + jj), acc[0])
         u0 += cuda.blockDim.x
@@ -599,15 +600,15 @@ def prefetch_next(data, base, B, Xt, row0):
 # %% notebooks/12_kernel.ipynb cell cf2
 @cuda.jit(device=True)
 def block_grads(sX, sdH, u, acc):
-    """acc[4 kk + q] = sum over rows r = s, s + LANES, ... of sX[r, 4 c + kk] sdH[r, 4 half + q], u = (c, s,
-    half): a 4 x 4 block of dW1[tile] over 1/LANES of the batch (rows past it are zeros), a row's 4 inputs and 4
+    """acc[4 kk + q] = sum over rows r = s, s + LANES, ... of sX[r, 4 c + kk] sdH[r, 4 quad + q], u = (c, s,
+    quad): a 4 x 4 block of dW1[tile] over 1/LANES of the batch (rows past it are zeros), a row's 4 inputs and 4
     units in two 16-byte loads for 16 multiply-adds. A 16-byte load is served 8
     lanes at a time: lanes 0 .. 7 read rows 0 .. 3 x both halves, 128 bytes of sdH in a row (no bank conflict)."""
-    half, s, c = u % uint64(2), (u // uint64(2)) % uint64(LANES), min(u // uint64(2 * LANES), uint64(NCH - 1))
+    quad, s, c = u % uint64(2), (u // uint64(2)) % uint64(LANES), min(u // uint64(2 * LANES), uint64(NCH - 1))
     for q in range(16):
         acc[q] = float32(0.0)
     ix = s * XS_U + uint64(CH) * c               # sX[s, 4c]
-    idh = s * TJ_U + uint64(4) * half            # sdH[s, 4 half]
+    idh = s * TJ_U + uint64(4) * quad            # sdH[s, 4 quad]
     for _ in range(MAX_BATCH // LANES):
         x = load4(sX, ix)
         d = load4(sdH, idh)
@@ -620,16 +621,16 @@ def block_grads(sX, sdH, u, acc):
 
 @cuda.jit(device=True)
 def update_cells(lr, W1, k0, j0, sW, u, acc, scr):
-    """The LANES lanes s of a chunk and half add up their blocks (block_grads) with shuffles, each keeping two
-    cells of dW1: input 4 c + (s >> 1), units 4 half + 2 (s % 2) and the next; W1 -= lr dW1 there, and in sW."""
+    """The LANES lanes s of a chunk and quad add up their blocks (block_grads) with shuffles, each keeping two
+    cells of dW1: input 4 c + (s >> 1), units 4 quad + 2 (s % 2) and the next; W1 -= lr dW1 there, and in sW."""
     K, hidden = W1.shape
     halve(acc, 8, 8, scr)                        # lane bits 3, 2 (s bits 2, 1): the input
     halve(acc, 4, 4, scr)
     halve(acc, 2, 2, scr)                        # bit 1 (s bit 0): the pair of units
-    half, s, c = int(u % uint64(2)), int((u // uint64(2)) % uint64(LANES)), int(u // uint64(2 * LANES))
+    quad, s, c = int(u % uint64(2)), int((u // uint64(2)) % uint64(LANES)), int(u // uint64(2 * LANES))
     kk = CH * c + (s >> 1)
     for e in range(2):
-        jj = 4 * half + 2 * (s % 2) + e
+        jj = 4 * quad + 2 * (s % 2) + e
         if c < NCH and k0 + kk < K and j0 + jj < hidden:
             w = sW[w_at(kk, jj)] - lr * acc[e]
             sW[w_at(kk, jj)] = w
