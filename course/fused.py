@@ -47,7 +47,7 @@ TJ = 8             # hidden units per tile: two groups of 4, a thread's 4 accumu
 TK = 100           # inputs per tile (784 = 7 x 100 + 84): a row of a tile is 400 bytes, a multiple of 16
 TKP = 104          # TK padded with zeros to a multiple of 8: every thread's loop has one constant length
 XS = TK            # row stride of the staged X[batch, tile]: rows start on 16-byte boundaries (the TMA)
-MAX_BATCH = 64     # a thread's rows are r and r + 32
+MAX_BATCH = 64     # the largest batch: shared memory holds a tile of its X
 P_CELLS = 4096     # a shared scratch array: the warps' logits and dZ2[r] (B), the simulator's shuffles
 NC_PAD = 16        # classes padded: at most 15 outputs
 X_CELLS = MAX_BATCH * XS + 4   # and 4 zeros: row 63's inputs TK .. TKP - 1 (47,800 bytes in all, of 49,152)

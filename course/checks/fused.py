@@ -232,11 +232,14 @@ def check_halve(halve, seed=0):
         cases.append(dict(name=f"{n} threads' values, half={half}, mask={mask}", grid=-(-n // block), block=block,
                           unit=(1, block),   # the threads run along the rows of the output (n, half)
                           inputs=[x, half, mask], expected=halve_ref(x, half, mask)))
-    what = run_cases("Exercise 12.1", _halve_kernel(halve), cases, atol=1e-5, rtol=1e-5,
+    run_cases("Exercise 12.1", _halve_kernel(halve), cases, atol=1e-5, rtol=1e-5,
                      hint="look at which half each lane keeps (the lane's bit `mask` set: the upper half), what it "
                           "sends (the half it drops), and that it adds what it receives to what it keeps, for "
                           "k < half")
-    return what + unread
+    threads = [c["inputs"][0].shape[0] for c in cases]
+    blocks = ", ".join(sorted({str(c["block"]) for c in cases}))
+    return (f"{len(cases)} random cases of 16 values per thread, each (half, mask) pair the kernels use ({min(threads)} "
+            f"to {max(threads):,} threads, whole warps and not), blocks {blocks}" + unread)
 
 
 def _tile_origin_kernel(tile_origin):
