@@ -56,6 +56,17 @@ PIECES = {  # exercise -> (piece, the course's object it replaces); only a same-
     "13.2": ("a grid barrier's time (clock report)", "course.epoch:barrier_us"),
 }
 UPDATE = {"sgd": "5.1", "momentum": "5.2", "adam": "5.3"}
+CHECKS = {  # exercise -> the check whose pass saves it: a record another check saved (before a renumbering) is not it
+    "1.1": "check_parse_idx_header", "1.2": "check_scale_kernel", "1.3": "check_gather_kernel",
+    "2.1": "check_matmul_kernel", "2.2": "check_tiled_matmul", "2.3": "check_linear_kernel",
+    "3.1": "check_softmax_xent_kernel", "3.2": "check_sum_kernel", "3.3": "check_batch_mean",
+    "4.1": "check_dlogits_kernel", "4.2": "check_matmul_tn_kernel", "4.3": "check_dhidden_kernel",
+    "5.1": "check_sgd_kernel", "5.2": "check_momentum_kernel", "5.3": "check_adam_kernel", "6.1": "check_train_step",
+    "6.2": "check_evaluate", "7.1": "check_combine_kernel", "7.2": "check_project_to_plane",
+    "7.3": "check_filter_normalize", "8.2": "check_batch_index", "9.1": "check_matmul_v3",
+    "10.1": "check_sgd_gridstride", "11.1": "check_tile_origin", "12.1": "check_halve",
+    "12.2": "check_warp_class_sums", "13.1": "check_part_us", "13.2": "check_barrier_us",
+}
 STEP_PIECES = ("1.3", "2.3", "3.1", "3.2", "3.3", "4.1", "4.2", "4.3")  # what notebook 06's step runs, the update aside
 
 
@@ -556,6 +567,9 @@ def _why_not(key, rec, records, _path=()):
         return "never checked"
     if rec.get("status") != "passed":
         return STATUS_WHY.get(rec.get("status"), f"its record says {str(rec.get('status'))[:40]!r}, not passed")
+    if rec.get("check") and rec["check"] != CHECKS.get(key, rec["check"]):
+        return (f"saved by {rec['check']}, not {CHECKS[key]} (the exercises were renumbered since): run this "
+                "exercise's check again")
     if _edited_in_file(key, rec):
         return "edited after passing"
     for fname, info in rec.get("functions", {}).items():

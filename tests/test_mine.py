@@ -431,3 +431,42 @@ def test_passing_clock_functions_feed_the_clock_report(tmp_path, monkeypatch):
     finally:
         mine.use_course()
     assert (epoch.part_us, epoch.barrier_us) == originals
+
+
+def test_checks_names_the_check_of_every_piece():
+    """mine.CHECKS (exercise -> the check whose pass saves it) agrees with the checks' own numbers."""
+    import importlib
+    import pkgutil
+
+    import course.checks as checks_pkg
+    registered = {}
+    for info in pkgutil.iter_modules(checks_pkg.__path__):
+        module = importlib.import_module(f"course.checks.{info.name}")
+        for name, fn in vars(module).items():
+            if name.startswith("check_") and hasattr(fn, "__wrapped__") and fn.__closure__:
+                free = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
+                if free.get("number") in mine.PIECES:
+                    registered[free["number"]] = name
+    assert registered == mine.CHECKS
+
+
+def test_a_record_saved_under_an_exercise_s_old_number_is_not_installed(tmp_path, monkeypatch):
+    """Exercise 12.1 was part_us before notebook 11 was split; it is now halve, with as many parameters. A passed
+    record of the old 12.1 must not be put into the fused kernel as halve: it names another check."""
+    from course.checks.epoch import check_part_us
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    cells = nbtools.read(nbtools.NOTEBOOKS / "13_epoch.ipynb")["cells"]
+    cell = nbtools._strip(next(nbtools.source(c) for c in cells
+                               if c["cell_type"] == "code" and "# Exercise 13.1" in nbtools.source(c)))
+    ns = {"__name__": "__main__", "np": np}
+    mine.run_cell(ns, cell, "<13 cell>")
+    check_part_us(ns["part_us"])
+    assert whose(mine.status(["13.1"])) == {"13.1": "yours"}
+    d = tmp_path / "mine"
+    shutil.copy(d / "ex_13_1.py", d / "ex_12_1.py")                   # as the old numbering saved it
+    rec = json.loads((d / "ex_13_1.json").read_text())
+    rec["exercise"] = "12.1"
+    rec["functions"]["part_us"]["exercise"] = "12.1"
+    (d / "ex_12_1.json").write_text(json.dumps(rec))
+    fn, why = mine.status(["12.1"])["12.1"]
+    assert fn is None and why.startswith("saved by check_part_us, not check_halve"), why
