@@ -527,6 +527,8 @@ FIGURES = [
     Fig(HISTORY, "", r"µs, ([\d.]+) → [\d.]+ ms on the same host", Json(FUSED, FINAL + ".without_copies_ms")),
     Fig(HISTORY, "", r"µs, [\d.]+ → ([\d.]+) ms on the same host", Json(FUSED, FINAL + ".epoch_ms")),
     Fig(HISTORY, "", r"the committed kernel, ([\d.]+) ms", Json(FUSED, NOW + ".epoch_ms")),
+    Fig(HISTORY, "", r"with the host's share, take about (\d+) ms", calc(lambda s: s * 1e3, FUSED_S)),
+    Fig("13", "c062", r"H200's ([\d.]+) GHz", Json(FUSED, "latency_probe.sm_clock_ghz")),
     Fig(HISTORY, "", r"the epoch did not: ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=12.22].epoch_ms")),
     Fig(HISTORY, "", r"the epoch did not: [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=12.39].epoch_ms")),
     Fig(HISTORY, "", r"in phase A, ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=12.39].epoch_ms")),
