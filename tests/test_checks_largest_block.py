@@ -6,9 +6,9 @@ import inspect
 import pkgutil
 
 import pytest
+from conftest import registered_checks
 
 import course
-import course.checks as checks_pkg
 from course.checks import core
 from course.mine import PIECES
 
@@ -33,15 +33,8 @@ def _solution(number, check):
 
 def _checks():
     """[(exercise number, check module, check)] for each registered check that calls run_cases."""
-    found = {}
-    for info in pkgutil.iter_modules(checks_pkg.__path__):
-        mod = importlib.import_module(f"course.checks.{info.name}")
-        for name, fn in vars(mod).items():
-            if name.startswith("check_") and hasattr(fn, "__wrapped__") and fn.__closure__:
-                free = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
-                if "number" in free and "run_cases(" in inspect.getsource(fn.__wrapped__):
-                    found[free["number"]] = (mod, fn)
-    return sorted(((n, m, f) for n, (m, f) in found.items()), key=lambda c: [int(x) for x in c[0].split(".")])
+    found = [(n, m, f) for n, (m, f) in registered_checks().items() if "run_cases(" in inspect.getsource(f.__wrapped__)]
+    return sorted(found, key=lambda c: [int(x) for x in c[0].split(".")])
 
 
 CHECKS = _checks()

@@ -435,18 +435,8 @@ def test_passing_clock_functions_feed_the_clock_report(tmp_path, monkeypatch):
 
 def test_checks_names_the_check_of_every_piece():
     """mine.CHECKS (exercise -> the check whose pass saves it) agrees with the checks' own numbers."""
-    import importlib
-    import pkgutil
-
-    import course.checks as checks_pkg
-    registered = {}
-    for info in pkgutil.iter_modules(checks_pkg.__path__):
-        module = importlib.import_module(f"course.checks.{info.name}")
-        for name, fn in vars(module).items():
-            if name.startswith("check_") and hasattr(fn, "__wrapped__") and fn.__closure__:
-                free = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
-                if free.get("number") in mine.PIECES:
-                    registered[free["number"]] = name
+    from conftest import registered_checks
+    registered = {n: check.__name__ for n, (_, check) in registered_checks().items() if n in mine.PIECES}
     assert registered == mine.CHECKS
 
 
