@@ -100,8 +100,7 @@ def registered_checks():
     for info in pkgutil.iter_modules(checks_pkg.__path__):
         module = importlib.import_module(f"course.checks.{info.name}")
         for name, fn in vars(module).items():
-            if name.startswith("check_") and hasattr(fn, "__wrapped__") and fn.__closure__:
-                free = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
-                if "number" in free:
-                    found[free["number"]] = (module, fn)
+            if name.startswith("check_") and getattr(fn, "__module__", None) == module.__name__ \
+                    and hasattr(fn, "exercise"):       # set by @exercise(number, ...)
+                found[fn.exercise] = (module, fn)
     return found

@@ -19,19 +19,26 @@ ACC = 16        # values per thread in exercise 12.1's check, as phase B's 16 cl
 SHUFFLES = ("shfl_xor", "shfl_xor_sync", "shfl_sync", "shfl_up_sync", "shfl_down_sync")
 
 
+def _parsed(fn):
+    """(fn's syntax tree, its first line number), or None when its source cannot be read (a function made by exec of
+    a string; a Jupyter cell's can be read)."""
+    py = getattr(fn, "py_func", fn)
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(py))), inspect.getsourcelines(py)[1]
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
 def skipped_shuffle(fn, strict=False):
     """The line (in fn's source) of a warp shuffle that only some lanes may reach, or None: one inside an arm of an
     `if`/`else` or a conditional expression whose other arm makes fewer shuffle calls (the lanes there skip it).
     Shuffles in both arms, as many in each, are fine from Volta on (compute capability 7.0: shfl.sync waits for the
     lanes of its mask at any shfl.sync); `strict` (an older GPU, where every lane must reach the same call) flags any
-    shuffle in a branch. None also when fn's source cannot be read (_readable)."""
-    py = getattr(fn, "py_func", fn)
-    try:
-        src = textwrap.dedent(inspect.getsource(py))
-        first = inspect.getsourcelines(py)[1]
-        tree = ast.parse(src)
-    except (OSError, TypeError, SyntaxError):
+    shuffle in a branch. None also when fn's source cannot be read (_parsed)."""
+    parsed = _parsed(fn)
+    if parsed is None:
         return None
+    tree, first = parsed
 
     def shuffles(nodes):
         return [n for node in nodes for n in ast.walk(node) if isinstance(n, ast.Call)
@@ -62,11 +69,9 @@ def _before_volta():
 
 def _every_lane_shuffles(ex, fn):
     """Fail when fn has a shuffle that only some lanes reach (skipped_shuffle); return UNREAD for the pass line when
-    fn's source cannot be read (a function made by exec of a string: Jupyter's cells can be read), else ""."""
+    fn's source cannot be read (_parsed), else ""."""
     __tracebackhide__ = True
-    try:
-        inspect.getsource(getattr(fn, "py_func", fn))
-    except (OSError, TypeError):
+    if _parsed(fn) is None:
         return UNREAD
     strict = _before_volta()
     line = skipped_shuffle(fn, strict)
@@ -233,13 +238,12 @@ def check_halve(halve, seed=0):
                           unit=(1, block),   # the threads run along the rows of the output (n, half)
                           inputs=[x, half, mask], expected=halve_ref(x, half, mask)))
     run_cases("Exercise 12.1", _halve_kernel(halve), cases, atol=1e-5, rtol=1e-5,
-                     hint="look at which half each lane keeps (the lane's bit `mask` set: the upper half), what it "
-                          "sends (the half it drops), and that it adds what it receives to what it keeps, for "
-                          "k < half")
+              hint="look at which half each lane keeps (the lane's bit `mask` set: the upper half), what it sends (the "
+                   "half it drops), and that it adds what it receives to what it keeps, for k < half")
     threads = [c["inputs"][0].shape[0] for c in cases]
     blocks = ", ".join(sorted({str(c["block"]) for c in cases}))
-    return (f"{len(cases)} random cases of 16 values per thread, each (half, mask) pair the kernels use ({min(threads)} "
-            f"to {max(threads):,} threads, whole warps and not), blocks {blocks}" + unread)
+    return (f"{len(cases)} random cases of 16 values per thread, each (half, mask) pair the kernels use "
+            f"({min(threads)} to {max(threads):,} threads, whole warps and not), blocks {blocks}" + unread)
 
 
 def _tile_origin_kernel(tile_origin):
