@@ -331,7 +331,6 @@ def exercise(number, more, nudges=()):
                 raise CheckFailure(failure) from None  # a fresh traceback: this line, not the check's internals
             passed(ex, fn, what, check=check.__name__)
 
-        run.exercise = number
         run.exercise = number   # which exercise this check is (tests and tools read it)
         return run
     return wrap

@@ -231,7 +231,7 @@ def check_halve(halve, seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     for (half, mask), n, block in (((8, 16), 64, 32), ((4, 8), 100, 64), ((2, 4), 256, 128), ((1, 2), 300, 96),
-                                   ((8, 8), 37, 64), ((4, 4), 160, 32), ((2, 1), 96, 32),
+                                   ((8, 8), 37, 64), ((4, 4), 160, 32), ((2, 2), 96, 32), ((1, 1), 45, 64),
                                    *on_a_gpu(((8, 16), 2_100, MAX_THREADS))):
         x = rng.standard_normal((n, ACC)).astype(np.float32)
         cases.append(dict(name=f"{n} threads' values, half={half}, mask={mask}", grid=-(-n // block), block=block,
