@@ -203,6 +203,21 @@ def test_warp_class_sums_check_rejects(old, new):
         checks.check_warp_class_sums(mutant(warp_class_sums, old, new))
 
 
+def test_class_sums_by_warp_sum_per_class_are_refused():
+    """Right sums the slow way: warp_sum once per class (80 shuffles), not the reduce-scatter the exercise asks for."""
+    @cuda.jit(device=True)
+    def class_sums_by_warp_sum(acc, scr):
+        mine = float32(0.0)
+        for c in range(16):
+            s = warp_sum(scr, acc[c])
+            if c == (cuda.threadIdx.x % 32) >> 1:
+                mine = s
+        return mine
+
+    with pytest.raises(CheckFailure, match="it calls warp_sum: 5 shuffles a class"):
+        checks.check_warp_class_sums(class_sums_by_warp_sum)
+
+
 def test_other_correct_tile_origins_and_class_sums_pass():
     """Correct answers written differently from the solutions: the tiles counted by a ceiling division written with
     negation, and the class sums' halvings in a loop with the last exchange into a local."""
