@@ -963,7 +963,8 @@ def fused_steps_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step0, nsteps,
     for i in range(nsteps):
         step = step0 + i
         stamp(T, i, AT_STEP)
-        phase_a(data, step * B, w, acts, sX, sW, sP, origin, not kept or i == 0, mbar, copies, T, i)
+        fresh_w = not kept or i == 0             # stage the tile of W1: every step, or once when it is kept
+        phase_a(data, step * B, w, acts, sX, sW, sP, origin, fresh_w, mbar, copies, T, i)
         if i > 0 and spare:
             update_small(lr, w, acts, ntiles, sX, T, i)   # the step before's, staged in sX (tile blocks: nothing)
         elif i > 0:
