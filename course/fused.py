@@ -567,8 +567,8 @@ def row_backward(r, label, w, acts, losses, step, sP, T, i):
 # %% notebooks/12_kernel.ipynb cell c045-3
 @cuda.jit(device=True)
 def phase_b(data, base, w, acts, losses, step, sP, T, i):
-    """Backward: one batch row per block at a time (data: a Batch, w: Weights, acts: Acts). Every thread must call
-    it."""
+    """Backward: one batch row per block at a time (data: a Batch, w: Weights, acts: Acts; T, i: the clocks and the
+    step, for stamp). Every thread must call it."""
     y, perm = data.y, data.perm
     B = acts.H.shape[0]
     r = cuda.blockIdx.x
