@@ -89,6 +89,13 @@ def test_halve_check_rejects(old, new):
         checks.check_halve(mutant(halve, old, new))
 
 
+def test_a_wrong_sum_is_named_by_thread_and_acc_index():
+    with pytest.raises(CheckFailure, match=r"element \(thread \d+, acc index \d+\): expected"):
+        checks.check_halve(mutant(halve, "acc[k] = keep +", "acc[k] = send +"))
+    with pytest.raises(CheckFailure, match=r"element \(thread \d+\): expected"):
+        checks.check_warp_class_sums(mutant(warp_class_sums, "return acc[0] +", "return acc[1] +"))
+
+
 def test_halve_with_a_shuffle_in_each_branch_passes_from_volta_on():
     """A fresh reader's answer (issue 28): the upper and lower lanes each call shfl_xor in their own branch. From
     compute capability 7.0 on (the T4, the H200) shfl.sync waits for the lanes of its mask at any shfl.sync, so it

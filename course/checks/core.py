@@ -409,16 +409,24 @@ def plain(x):
     return str(x) if isinstance(x, np.generic) and not isinstance(x, (np.bytes_, np.str_)) else repr(x)
 
 
-def compare(exercise, case, got, expected, atol, rtol, hint, diagnose=None):
-    """Fail on the first unwritten or wrong element, naming its index, expected and got.
+def element(idx, axes=None):
+    """An output's index as the message names it: (16, 0), or with `axes` ("thread", "acc index") (thread 16, acc
+    index 0)."""
+    if not axes:
+        return str(idx)
+    return "(" + ", ".join(f"{a} {i}" for a, i in zip(axes, idx)) + ")"
+
+
+def compare(exercise, case, got, expected, atol, rtol, hint, diagnose=None, axes=None):
+    """Fail on the first unwritten or wrong element, naming its index (with `axes`, each named), expected and got.
 
     diagnose(got, expected) may return a sentence that names a typical mistake (e.g. a missing factor)."""
     __tracebackhide__ = True
     bad = unwritten(got, expected.dtype) & ~unwritten(expected, expected.dtype)
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        fail(exercise, case, f"element {idx} is NaN: never written, or computed from values read outside "
-             f"the inputs ({bad.sum()} of {bad.size} elements)", hint)
+        fail(exercise, case, f"element {element(idx, axes)} is NaN: never written, or computed from values read "
+             f"outside the inputs ({bad.sum()} of {bad.size} elements)", hint)
     if expected.dtype.kind == "f":
         wrong = ~np.isclose(got, expected, atol=atol, rtol=rtol, equal_nan=True)
     else:
@@ -426,7 +434,7 @@ def compare(exercise, case, got, expected, atol, rtol, hint, diagnose=None):
     if wrong.any():
         idx = tuple(int(i) for i in np.argwhere(wrong)[0])
         why = diagnose(got, expected) if diagnose else None
-        fail(exercise, case, f"element {idx}: expected {plain(expected[idx])}, got {plain(got[idx])} "
+        fail(exercise, case, f"element {element(idx, axes)}: expected {plain(expected[idx])}, got {plain(got[idx])} "
              f"({wrong.sum()} of {wrong.size} elements wrong)" + (f". {why}" if why else ""), hint)
 
 
@@ -616,6 +624,7 @@ def _arg_names(kernel, count):
 
 def run_cases(exercise, kernel, cases, hint, atol=0.0, rtol=0.0, diagnose=None, largest=None):
     """Run every case: dict(name, grid, block, inputs, expected) and report the first problem; return a summary.
+    A case's optional `axes` names the output's dimensions in the messages (("thread", "acc index")).
 
     `inputs` are host arrays (copied to guarded device buffers) or scalars; `expected` is one host array or a
     tuple of them: the kernel's outputs, passed after the inputs, each NaN-filled and guarded. The cases must
@@ -657,7 +666,7 @@ def _run_case(exercise, kernel, c, hint, atol, rtol, diagnose, on):
     for k, (out, e) in enumerate(zip(outs, expected)):
         which = f" (output {k + 1} of {len(expected)})" if len(expected) > 1 else ""
         got = out.guards(exercise, case + which, hint)
-        compare(exercise, case + which, got, e, atol, rtol, hint, diagnose)
+        compare(exercise, case + which, got, e, atol, rtol, hint, diagnose, axes=c.get("axes"))
 
 
 def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INPLACE_RTOL, largest=None,

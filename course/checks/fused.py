@@ -236,6 +236,7 @@ def check_halve(halve, seed=0):
         x = rng.standard_normal((n, ACC)).astype(np.float32)
         cases.append(dict(name=f"{n} threads' values, half={half}, mask={mask}", grid=-(-n // block), block=block,
                           unit=(1, block),   # the threads run along the rows of the output (n, half)
+                          axes=("thread", "acc index"),
                           inputs=[x, half, mask], expected=halve_ref(x, half, mask)))
     run_cases("Exercise 12.1", _halve_kernel(halve), cases, atol=1e-5, rtol=1e-5,
               hint="look at which half each lane keeps (the lane's bit `mask` set: the upper half), what it sends (the "
@@ -342,7 +343,7 @@ def check_warp_class_sums(warp_class_sums, seed=0):
     for n, block in ((64, 32), (100, 64), (256, 128), (300, 96), (37, 32), *on_a_gpu((2_100, MAX_THREADS))):
         x = rng.standard_normal((n, ACC)).astype(np.float32)
         cases.append(dict(name=f"{n} threads' 16 values", grid=-(-n // block), block=block, inputs=[x],
-                          expected=class_sums_ref(x)))
+                          expected=class_sums_ref(x), axes=("thread",)))
     blocks = ", ".join(sorted({str(c["block"]) for c in cases}))
     run_cases("Exercise 12.2", _class_sums_kernel(warp_class_sums), cases, atol=1e-4, rtol=1e-5,
                      hint="thread i should return class (i % 32) >> 1 summed over its warp's 32 threads: four "
