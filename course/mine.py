@@ -23,7 +23,7 @@ import types
 from datetime import datetime, timezone
 from pathlib import Path
 
-from course.checks.core import on_pass
+from course.checks.core import course_own, in_notebook, on_pass
 
 PIECES = {  # exercise -> (piece, the course's object it replaces); only a same-signature solution replaces it
     "1.1": ("IDX header parser", "course.data:parse_idx_header"),
@@ -82,12 +82,6 @@ BUNDLE_PREFIX = "course_mine_"
 def disabled():
     """COURSE_MINE_DIR=off: nothing is saved or used (e.g. while a teacher autogrades submissions)."""
     return os.environ.get("COURSE_MINE_DIR", "").lower() == "off"
-
-
-def in_notebook():
-    """True in a Jupyter kernel (a notebook run in JupyterLab, by `python -m course execute` or by nbgrader)."""
-    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
-    return any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)  # Colab's shell is a subclass
 
 
 def mine_dir():
@@ -371,7 +365,7 @@ def record(exercise, solution, check=None, quiet=False):
             _not_saved(f"it is a {type(py).__name__}, not a function: write it as a `def`")
         return None
     cell = _cell_of(py)
-    if cell is None and str(py.__module__).startswith("course."):  # the course's own, e.g. a star import's
+    if cell is None and course_own(py):  # the course's own, e.g. a star import's, outside a notebook
         print(f"  (not yours: this {py.__name__} is the course's own, from {py.__module__}; run your exercise cell, "
               "then this check)")
         return None

@@ -269,6 +269,23 @@ def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_pat
     assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
 
 
+def test_in_a_notebook_a_check_of_the_course_s_own_function_is_no_pass(tmp_path, monkeypatch, capsys):
+    """The check cell run before the exercise cell: a star import's kernel is the course's, not the student's."""
+    import course.checks.core
+    import course.scale
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    monkeypatch.setattr(course.checks.core, "in_notebook", lambda: True)
+    check_scale_kernel(course.scale.scale_kernel)
+    out = capsys.readouterr().out
+    assert ("✗ Exercise 1.2 not checked: this scale_kernel is the course's own, from course.scale, not yours: run "
+            "your exercise cell, then this check") in out and "✓" not in out
+    assert not (tmp_path / "mine").exists()
+    ns = {"__name__": "__main__"}
+    mine.run_cell(ns, SCALE_CELL, "<a cell>")
+    check_scale_kernel(ns["scale_kernel"])  # the student's own, typed in a cell: a pass
+    assert "✓ Exercise 1.2 passed" in capsys.readouterr().out
+
+
 def test_student_copies_call_use_mine_and_06_07_13_end_with_the_payoff():
     for path in sorted(nbtools.EXERCISES.glob("*.ipynb")):
         cells = nbtools.read(path)["cells"]

@@ -128,8 +128,27 @@ def on_pass(listener):
         _PASS_LISTENERS.append(listener)
 
 
+def in_notebook():
+    """True in a Jupyter kernel (a notebook run in JupyterLab, by `python -m course execute` or by nbgrader)."""
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    return any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)  # Colab's shell is a subclass
+
+
+def course_own(fn):
+    """The course module that defines fn (a star import's kernel, say), or None: the student's own code."""
+    module = str(getattr(getattr(fn, "py_func", fn), "__module__", None))
+    return module if module.startswith("course.") else None
+
+
 def passed(exercise, fn, what, check=None):
-    """A check passed: the one place that says so, then tells the listeners; a listener's error never undoes it."""
+    """A check passed: the one place that says so, then tells the listeners; a listener's error never undoes it.
+    In a notebook, a pass of the course's own function (the check cell run before the exercise cell) is no pass."""
+    own = course_own(fn) if in_notebook() else None
+    if own:
+        name = getattr(getattr(fn, "py_func", fn), "__name__", "this function")
+        print(f"✗ {exercise} not checked: this {name} is the course's own, from {own}, not yours: run your exercise "
+              "cell, then this check")
+        return
     print(f"✓ {exercise} passed" + (f": {what}" if what else ""))
     for listener in _PASS_LISTENERS:
         try:
