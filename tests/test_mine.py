@@ -275,10 +275,10 @@ def test_in_a_notebook_a_check_of_the_course_s_own_function_is_no_pass(tmp_path,
     import course.scale
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     monkeypatch.setattr(course.checks.core, "in_notebook", lambda: True)
-    check_scale_kernel(course.scale.scale_kernel)
-    out = capsys.readouterr().out
-    assert ("✗ Exercise 1.2 not checked: this scale_kernel is the course's own, from course.scale, not yours: run "
-            "your exercise cell, then this check") in out and "✓" not in out
+    with pytest.raises(CheckFailure, match="Exercise 1.2 not checked: this scale_kernel is the course's own, from "
+                       "course.scale, not yours: run your exercise cell, then this check"):
+        check_scale_kernel(course.scale.scale_kernel)
+    assert "✓" not in capsys.readouterr().out
     assert not (tmp_path / "mine").exists()
     ns = {"__name__": "__main__"}
     mine.run_cell(ns, SCALE_CELL, "<a cell>")

@@ -141,14 +141,7 @@ def course_own(fn):
 
 
 def passed(exercise, fn, what, check=None):
-    """A check passed: the one place that says so, then tells the listeners; a listener's error never undoes it.
-    In a notebook, a pass of the course's own function (the check cell run before the exercise cell) is no pass."""
-    own = course_own(fn) if in_notebook() else None
-    if own:
-        name = getattr(getattr(fn, "py_func", fn), "__name__", "this function")
-        print(f"✗ {exercise} not checked: this {name} is the course's own, from {own}, not yours: run your exercise "
-              "cell, then this check")
-        return
+    """A check passed: the one place that says so, then tells the listeners; a listener's error never undoes it."""
     print(f"✓ {exercise} passed" + (f": {what}" if what else ""))
     for listener in _PASS_LISTENERS:
         try:
@@ -320,6 +313,11 @@ def exercise(number, more, nudges=()):
             __tracebackhide__ = True
             ex = f"Exercise {number}"
             raise_if_unimplemented(fn)
+            own = course_own(fn) if in_notebook() else None
+            if own:  # in a notebook, the check cell run before the exercise cell, on a star import's function
+                name = getattr(getattr(fn, "py_func", fn), "__name__", "this function")
+                raise CheckFailure(f"{ex} not checked: this {name} is the course's own, from {own}, not yours: run "
+                                   "your exercise cell, then this check") from None
             gpu_usable(ex)
             failure = None
             try:
