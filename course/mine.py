@@ -23,7 +23,7 @@ import types
 from datetime import datetime, timezone
 from pathlib import Path
 
-from course.checks.core import course_own, in_notebook, on_pass
+from course.checks.core import in_notebook, on_pass
 
 PIECES = {  # exercise -> (piece, the course's object it replaces); only a same-signature solution replaces it
     "1.1": ("IDX header parser", "course.data:parse_idx_header"),
@@ -365,10 +365,6 @@ def record(exercise, solution, check=None, quiet=False):
             _not_saved(f"it is a {type(py).__name__}, not a function: write it as a `def`")
         return None
     cell = _cell_of(py)
-    if cell is None and course_own(py):  # the course's own, e.g. a star import's, outside a notebook
-        print(f"  (not yours: this {py.__name__} is the course's own, from {py.__module__}; run your exercise cell, "
-              "then this check)")
-        return None
     if cell is None or BEGIN in cell:  # not typed in a notebook cell (tests, scripts), or the course's solution
         return None
     try:
