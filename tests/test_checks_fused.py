@@ -210,6 +210,32 @@ def test_warp_class_sums_check_rejects(old, new):
         checks.check_warp_class_sums(mutant(warp_class_sums, old, new))
 
 
+def test_class_sums_mistakes_are_named():
+    """The two typical wrong class sums are named: one parity's 16 lanes only, and the right sums at the wrong lanes
+    (the masks in the reverse order, the last exchange with lane ^ 16)."""
+    with pytest.raises(CheckFailure, match="add up to the right one: each is its class over the 16 lanes of its own"):
+        checks.check_warp_class_sums(mutant(warp_class_sums, "return acc[0] + shfl_xor(scr, acc[0], 1)",
+                                            "return acc[0]"))
+
+    @cuda.jit(device=True)
+    def class_sums_reversed(acc, scr):
+        halve(acc, 8, 1, scr)
+        halve(acc, 4, 2, scr)
+        halve(acc, 2, 4, scr)
+        halve(acc, 1, 8, scr)
+        return acc[0] + shfl_xor(scr, acc[0], 16)
+
+    with pytest.raises(CheckFailure, match="Each warp returns the right 16 sums, at the wrong lanes"):
+        checks.check_warp_class_sums(class_sums_reversed)
+
+
+def test_class_sums_hint_is_no_answer():
+    """A failing 12.2 says what to look at, not the answer's masks (those are the ladder's last level)."""
+    with pytest.raises(CheckFailure) as e:
+        checks.check_warp_class_sums(mutant(warp_class_sums, "halve(acc, 1, 2, scr)", "pass"))
+    assert "16, 8, 4, 2" not in str(e.value) and "hint('12.2')" in str(e.value)
+
+
 def test_class_sums_by_warp_sum_per_class_are_refused():
     """Right sums the slow way: warp_sum once per class (80 shuffles), not the reduce-scatter the exercise asks for."""
     @cuda.jit(device=True)

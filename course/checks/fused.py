@@ -9,7 +9,7 @@ from numba import cuda, float32
 
 import course
 
-from course.checks.core import MAX_THREADS, call, code_names, exercise, fail, on_a_gpu, run_cases
+from course.checks.core import MAX_THREADS, call, code_names, exercise, factor, fail, on_a_gpu, run_cases
 
 WARP = 32
 SCRATCH = 1024  # the check's kernel: a shared cell per thread for the simulator's shuffles (blocks up to 1024)
@@ -289,9 +289,8 @@ def check_tile_origin(tile_origin, seed=0):
     tiles = sorted(c["expected"][0].size for c in cases)
     run_cases("Exercise 11.1", _tile_origin_kernel(tile_origin), cases,
                      hint="output 1 is each tile's first input k0, output 2 its first hidden unit j0. The tiles are "
-                          "numbered along the hidden units first: count the tiles along them, rounded up (a last, "
-                          "narrower tile when hidden is not a multiple of TJ), then the row of tile t is t // that "
-                          "count and its column t % that count; k0 steps by TK, j0 by TJ")
+                          "numbered along the hidden units first, and a row's last tile is narrower when hidden is "
+                          "not a multiple of TJ: how many tiles does a row hold, and which row and column is tile t?")
     return (f"every tile of {len(cases)} W1 shapes ({tiles[0]} to {tiles[-1]} tiles; hidden a multiple of TJ and "
             f"not), a thread per tile, blocks {blocks}")
 
@@ -322,6 +321,23 @@ def class_sums_ref(x):
     return sums[lanes // WARP, (lanes % WARP) >> 1][:n].astype(np.float32)
 
 
+def class_sums_mistake(got, expected):
+    """Names two typical wrong class sums: one parity's 16 lanes only, and the right sums at the wrong lanes."""
+    n = len(got) // 2 * 2
+    pairs = got[:n].reshape(-1, 2)                                # (n/2, 2): lanes l and l ^ 1 side by side
+    if (not np.allclose(pairs[:, 0], pairs[:, 1], atol=1e-4, rtol=1e-5)
+            and np.allclose(pairs.sum(axis=1), expected[:n:2], atol=1e-4, rtol=1e-5)):
+        return ("Lanes l and l ^ 1 return different sums that add up to the right one: each is its class over "
+                "the 16 lanes of its own parity only; the other parity's 16 are not added")
+    whole = len(got) // WARP * WARP
+    if whole and np.allclose(np.sort(got[:whole].reshape(-1, WARP), axis=1),
+                             np.sort(expected[:whole].reshape(-1, WARP), axis=1), atol=1e-4, rtol=1e-5):
+        return ("Each warp returns the right 16 sums, at the wrong lanes: lane l should hold class l >> 1; look at "
+                "which half of acc each exchange keeps, and the order of the masks")
+    c = factor(got, expected)
+    return f"Every value is {c:g} times the right one" if c is not None else None
+
+
 @exercise("12.2", nudges=(
     "Four calls of your halve take 16 classes to 1 per lane: each keeps half of what the lane holds, and doubles the number of lanes each kept sum covers. Which masks, in which order, leave the two lanes l and l ^ 1 with the same class?",
     "The halvings with masks 16, 8, 4, 2 (halves 8, 4, 2, 1) use every bit of the lane number but the lowest: lanes l and l ^ 1 end with the same class, each summed over the 16 lanes of its own parity. One more exchange adds the two.",
@@ -346,10 +362,10 @@ def check_warp_class_sums(warp_class_sums, seed=0):
                           expected=class_sums_ref(x), axes=("thread",)))
     blocks = ", ".join(sorted({str(c["block"]) for c in cases}))
     run_cases("Exercise 12.2", _class_sums_kernel(warp_class_sums), cases, atol=1e-4, rtol=1e-5,
-                     hint="thread i should return class (i % 32) >> 1 summed over its warp's 32 threads: four "
-                          "halve calls with the masks 16, 8, 4, 2 (halves 8, 4, 2, 1) leave each lane one class "
-                          "summed over the 16 lanes of its parity, and one more exchange with lane ^ 1 adds the "
-                          "other 16")
+              diagnose=class_sums_mistake,
+              hint="thread i should return class (i % 32) >> 1 summed over its warp's 32 threads, the same sum in "
+                   "lanes l and l ^ 1: which lanes does each of your exchanges combine, and which class does each "
+                   "lane keep?")
     return (f"{len(cases)} random cases of 16 values per thread ({min(c['inputs'][0].shape[0] for c in cases)} to "
             f"{max(c['inputs'][0].shape[0] for c in cases):,} threads, whole warps and not), blocks {blocks}"
             + unread)
