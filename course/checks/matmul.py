@@ -44,7 +44,7 @@ def _limits_said(threads, regs, smem):
              SM_SMEM // (smem + BLOCK_SMEM_RESERVED))""")
 def check_blocks_per_sm(blocks_per_sm, seed=0):
     """Exercise 9.2: blocks per SM for random block sizes (whole warps and not), registers and shared memory, each
-    limit binding in some case, and the kernels of notebooks 09 and 11."""
+    limit binding in some case, and the kernels of notebooks 09 and 12."""
     ex = "Exercise 9.2"
     rng = np.random.default_rng(seed)
     known = [(256, 122, 8448, "matmul v3"), (256, 128, 16896, "matmul v4"), (512, 128, 47800, "course.fused's kernel"),
