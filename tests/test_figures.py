@@ -308,6 +308,8 @@ def STEP_US(impl, batch):
     """A step's microseconds in the batch-size sweep: the epoch over its 60,000 // batch steps."""
     return calc(lambda s: s * 1e6 / (60000 // batch), Json(SCALING, f"rows[impl={impl},batch_size={batch}].epoch_s"))
 TORCH_S = Json(BENCH, "rows[impl=pytorch_eager].epoch_s")
+PLAIN_S = Json(BENCH, "rows[impl=course_plain].epoch_s")
+PLAIN_GRAPH_S = Json(BENCH, "rows[impl=course_plain_graph].epoch_s")
 SPEEDUP_10 = Out("13", "c058", r"speed-up ([\d.]+)x")
 LAUNCH_3 = Out("08", "c007", r"3 arrays\s*:\s*([\d.]+) µs")        # a launch with three array arguments
 LAUNCH_0 = Out("08", "c007", r"no argument\s*:\s*([\d.]+) µs")
@@ -322,10 +324,60 @@ CLOCK = lambda part: Out("13", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  
 SPARE_US = CLOCK(r"the step before's W2, b1, b2 in the spare blocks \(off the path: from C to barrier 1\)")
 FINAL = "versions[epoch_ms=12.22]"    # course.fused after step 7 (the TMA): its row of fused-h200.json
 NOW = "versions[epoch_ms=8.56]"       # course.fused now: its row of fused-h200.json
+GRAPH_PLAIN_US_08 = Out("08", "cg9", r"plain \(15 launches/step\)\s+([\d.]+) µs per step")   # 08's own runs
+GRAPH_PLAIN_MS_08 = Out("08", "cg9", r"plain \(15 launches/step\)\s+[\d.]+ µs per step\s+->\s+([\d.]+) ms")
+GRAPH_REPLAY_US_08 = Out("08", "cg9", r"plain, graph\s+([\d.]+) µs per step")
+GRAPH_REPLAY_MS_08 = Out("08", "cg9", r"plain, graph\s+[\d.]+ µs per step\s+->\s+([\d.]+) ms")
+PLAIN_US_10 = Out("10", "p_tc", r"plain \(15 launches/step\)\s+([\d.]+) µs")
+MERGED_US_10 = Out("10", "p_tc", r"merged \(9 launches/step\)\s+([\d.]+) µs")
 A_FWD = CLOCK(r"A: X W1 in registers, added across lanes \(shuffles\) and into Z \(atomics\)")
 MB_IMAGES = 60000 * 784 * 4
 STEPS = 60000 // 64
 PARAMS = 784 * 128 + 128 + 128 * 10 + 10
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# One figure per quantity (issue 51 item 3)
+# ------------------------------------------------------------------------------------------------------------------
+# Each quantity the prose quotes comes from ONE run, its canonical source, and reads the same wherever it appears.
+# Other runs of it (a notebook cell's own timing, the batch-size sweep) appear only inside their own table: as a
+# ratio of that run's own figures, or in a cell whose prose calls them "this run's". FIGURES entries of a quantity
+# take `Qty(name)` as their source (`scale` converts to the unit written: 1e-3 for seconds of a quantity in ms).
+QUANTITIES = {  # name (unit): (canonical source, [other runs of it])
+    "plain epoch, ms": (calc(lambda s: s * 1e3, PLAIN_S),
+                        [PLAIN_EPOCH_06, GRAPH_PLAIN_MS_08, PLAIN_MS_10,
+                         Json(SCALING, "rows[impl=course_plain,batch_size=64].epoch_s")]),
+    "plain step, µs": (calc(lambda s: s * 1e6 / STEPS, PLAIN_S, why="the epoch over its 937 steps"),
+                       [STEP_WALL, GRAPH_PLAIN_US_08, PLAIN_US_10]),
+    "plain graph epoch, ms": (calc(lambda s: s * 1e3, PLAIN_GRAPH_S),
+                              [GRAPH_REPLAY_MS_08, Json(SCALING, "rows[impl=course_plain_graph,batch_size=64].epoch_s")]),
+    "plain graph step, µs": (calc(lambda s: s * 1e6 / STEPS, PLAIN_GRAPH_S, why="the epoch over its 937 steps"),
+                             [GRAPH_REPLAY_US_08]),
+    "fused epoch, ms": (calc(lambda s: s * 1e3, FUSED_S),
+                        [FUSED_MS_10, Json(SCALING, "rows[impl=course_fused,batch_size=64].epoch_s")]),
+    "PyTorch eager epoch, ms": (calc(lambda s: s * 1e3, TORCH_S),
+                                [Json(SCALING, "rows[impl=pytorch_eager,batch_size=64].epoch_s")]),
+    "launch with 3 arrays, µs": (LAUNCH_3, []),
+    "grid barrier in the epoch kernel, µs": (
+        Out("13", "ck3", r"barrier 1 \(last arrival to first release\)\s+([\d.]+) µs"), [Json(FUSED, NOW + ".clocks_us.barrier1")]),
+}
+OTHER_RUN_CELLS_NOT_YET = {  # (where, cell): why it still quotes another run outside its table (not this branch's)
+    ("06", "c028"): "notebook 06's prose (another engineer's): 08's launch against 06's own epoch, 'here'",
+}
+
+
+@dataclass(frozen=True)
+class Qty:
+    """A quantity of QUANTITIES, from its canonical source, times `scale` (the unit the prose writes)."""
+    name: str
+    scale: float = 1.0
+
+    def value(self):
+        return QUANTITIES[self.name][0].value() * self.scale
+
+    def __str__(self):
+        return f"{self.name} from {QUANTITIES[self.name][0]}" + (f" (× {self.scale:g})" if self.scale != 1 else "")
+
 
 FIGURES = [
     # --- 01 ---
@@ -350,7 +402,7 @@ FIGURES = [
     Fig("02", "c024", r"about (495) TFLOP/s in TF32", Spec("h200_tf32_dense_tflops"), tol=0.01),
     Fig("02", "c027", r"far smaller than (8)×", calc(lambda: 32 / 4, why="32 sectors instead of 4")),
     Fig("02", "c027", r"([\d.]+) MFLOP would take", calc(lambda: 2 * 64 * 784 * 128 / 1e6, why="2·B·784·H")),
-    Fig("02", "c027", r"the ~(\d+) µs it costs Python", LAUNCH_3, tol=0.1),
+    Fig("02", "c027", r"the ~(\d+) µs it costs Python", Qty("launch with 3 arrays, µs"), tol=0.1),
     # --- 03 ---
     Fig("03", "c016", r"\(every (5) ms by default\)", calc(lambda: sys.getswitchinterval() * 1e3,
                                                            why="sys.getswitchinterval()")),
@@ -370,12 +422,12 @@ FIGURES = [
     Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)", Json(BENCH, "rows[impl=pytorch_eager].test_acc")),
     Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)",
         Out("06", "c017", r"epoch  3 .*?test accuracy (0\.\d+)")),
-    Fig("06", "c016", r"about ([\d.]+) s per epoch on the H200", TORCH_S),
+    Fig("06", "c016", r"about ([\d.]+) s per epoch on the H200", Qty("PyTorch eager epoch, ms", 1e-3)),
     Fig("06", "c020", r"about ([\d.]+) % test accuracy",
         calc(lambda a: 100 * a, Out("06", "c022", r"test accuracy: ([\d.]+)"))),
     Fig("06", "c020", r"against ([\d.]+) % for plain SGD",
         calc(lambda a: 100 * a, Out("06", "c019", r"test accuracy: ([\d.]+)"))),
-    Fig("06", "c028", r"At ~(\d+) µs per", LAUNCH_3, tol=0.05),
+    Fig("06", "c028", r"At ~(\d+) µs per", Qty("launch with 3 arrays, µs"), tol=0.05),
     Fig("06", "c028", r"~([\d.]+) ms per step", calc(lambda us: 15 * us / 1e3, LAUNCH_3, why="15 launches")),
     Fig("06", "c028", r"~([\d.]+) s of the", calc(lambda us: STEPS * 15 * us / 1e6, LAUNCH_3, why="937 steps")),
     Fig("06", "c028", r"of the ([\d.]+) s an epoch", PLAIN_EPOCH_06),
@@ -392,13 +444,12 @@ FIGURES = [
     # --- 08 ---
     Fig("11", "f000", r"a training loop (\d+)× faster", calc(lambda p, f: p / f, Json(BENCH, "rows[impl=course_plain].epoch_s"), FUSED_S)),
     Fig("11", "f000", r"and (\d+)× faster than\s+that loop recorded", calc(lambda g, f: g / f, Json(BENCH, "rows[impl=course_plain_graph].epoch_s"), FUSED_S)),
-    Fig("08", "c000", r"in about ([\d.]+) s per epoch on an H200", PLAIN_EPOCH_06),
-    Fig("08", "c000", r"PyTorch\s+took ([\d.]+) s per epoch", TORCH_S),
-    Fig("08", "c000", r"and this loop ([\d.]+) s\)", Json(BENCH, "rows[impl=course_plain].epoch_s")),
+    Fig("08", "c000", r"in about ([\d.]+) s per epoch on an H200", Qty("plain epoch, ms", 1e-3)),
+    Fig("08", "c000", r"as it comes \(([\d.]+) s per epoch\)", Qty("PyTorch eager epoch, ms", 1e-3)),
     Fig("08", "c000", r"about (\d+) GFLOP of useful", Out("08", "c019", r"epoch: ([\d.]+) GFLOP"), tol=0.02),
     Fig("08", "c000", r"rule of thumb says ([\d.]+) GFLOP", Out("08", "c019", r"6·P·N: ([\d.]+)\)")),
     Fig("08", "c008", r"about (\d+) µs with no argument", LAUNCH_0),
-    Fig("08", "c008", r"and (\d+) µs with three arrays", LAUNCH_3),
+    Fig("08", "c008", r"and (\d+) µs with three arrays", Qty("launch with 3 arrays, µs")),
     Fig("08", "c008", r"about ([\d.]+) ms per step just to launch",
         calc(lambda us: 15 * us / 1e3, LAUNCH_3, why="15 launches")),
     Fig("08", "c008", r"about\s+([\d.]+) s of an epoch",
@@ -406,7 +457,9 @@ FIGURES = [
     Fig("08", "c010", r"about (\d+) ms for the tiled v2", Out("08", "c009", r"cuda.synchronize\(\):\s+([\d.]+) ms")),
     Fig("08", "c010", r"at 4096², ([\d.]+) TFLOP/s", calc(lambda ms: 2 * 4096 ** 3 / (ms * 1e-3) / 1e12,
         Out("08", "c009", r"cuda.synchronize\(\):\s+([\d.]+) ms"))),
-    Fig("08", "c018", r"(\d+) µs for 15 launches", STEP_WALL),
+    Fig("08", "c018", r"the whole step took (\d+) µs for", STEP_WALL),
+    Fig("08", "c018", r"benchmark: (\d+) ms an epoch", Qty("plain epoch, ms")),
+    Fig("08", "c018", r"ms an epoch, (\d+) µs a step", Qty("plain step, µs")),
     Fig("08", "c018", r"about (\d+) µs per launch", calc(lambda us: us / 15, STEP_WALL, why="the step / 15")),
     Fig("08", "c018", r"against (\d+) µs of GPU work", Out("08", "c015", r"sum of kernels\s+([\d.]+) µs")),
     Fig("08", "c020", r"fixed cost, (937) times", calc(lambda: STEPS, why="60,000 // 64")),
@@ -414,7 +467,7 @@ FIGURES = [
     Fig("08", "c020", r"about ([\d.]+) ms of arithmetic", FP32_MS, tol=0.1),
     Fig("08", "c020", r"take about ([\d.]+) ms", calc(lambda hbm: MB_IMAGES / (hbm * 1e12) * 1e3, Spec("h200_hbm_tbs"),
                                                        why="188 MB of images at HBM bandwidth")),
-    Fig("08", "c020", r"a launch of\s+~(\d+) µs from Python", LAUNCH_3),
+    Fig("08", "c020", r"a launch of\s+~(\d+) µs from Python", Qty("launch with 3 arrays, µs")),
     Fig("08", "c020", r"the ([\d.]+) ms above adds", Out("08", "c019", r"at HBM bandwidth: ([\d.]+) ms")),
     Fig("09", "c020b", r"v1 runs at ([\d.]+) TFLOP/s at 4096²", LADDER_TF("v1 naive")),
     Fig("09", "c020b", r"used 16 times, at\s+([\d.]+) TFLOP/s", LADDER_TF("v2 tiled")),
@@ -438,22 +491,18 @@ FIGURES = [
     Fig("09", "c030", r"about (\d+) for cuBLAS", LADDER_TF("cuBLAS"), tol=0.02),
     Fig("08", "cg10", r"runs about \*\*(\d+) times faster", calc(lambda p, g: p / g,
         Json(BENCH, "rows[impl=course_plain].epoch_s"), Json(BENCH, "rows[impl=course_plain_graph].epoch_s")), tol=0.05),
-    Fig("08", "cg10", r"timed the plain loop at (\d+) ms direct", Out("08", "cg9", r"plain \(15 launches/step\)\s+[\d.]+ µs per step\s+->\s+([\d.]+) ms")),
-    Fig("08", "cg10", r"\((\d+) times in the cell above\)", calc(lambda p, g: p / g, Out("08", "cg9", r"plain \(15 launches/step\)\s+[\d.]+ µs per step\s+->\s+([\d.]+) ms"), Out("08", "cg9", r"plain, graph\s+[\d.]+ µs per step\s+->\s+([\d.]+) ms"))),
-    Fig("08", "cg10", r"Its plain step, ([\d.]+) µs", Out("08", "cg9", r"plain \(15 launches/step\)\s+([\d.]+) µs per step")),
-    Fig("08", "cg10", r"longer than section 2's (\d+) µs", STEP_WALL),
-    Fig("08", "cg10", r"A replayed step\s+\((\d+) µs\)", Out("08", "cg9", r"plain, graph\s+([\d.]+) µs per step")),
+    Fig("08", "cg10", r"made the plain loop (\d+) times faster", calc(lambda p, g: p / g, GRAPH_PLAIN_MS_08, GRAPH_REPLAY_MS_08)),
+    Fig("08", "cg10", r"A replayed step \((\d+) µs:", Qty("plain graph step, µs")),
+    Fig("08", "cg10", r"µs: (\d+) ms over 937 steps", Qty("plain graph epoch, ms")),
     Fig("08", "cg10", r"sum of bars \((\d+) µs\)", Out("08", "c015", r"sum of kernels\s+([\d.]+) µs")),
     Fig("08", "cg10", r"almost nothing read about (\d+) µs", Out("08", "c015", r"zero loss\s+([\d.]+) µs")),
-    Fig("08", "cg10", r"What is left,\s+(\d+) ms against", calc(lambda s: s * 1e3,
-        Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
-    Fig("10", "p000", r"the plain loop from about (\d+) to \d+ ms", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
-    Fig("10", "p000", r"the plain loop from about \d+ to (\d+) ms", calc(lambda s: s * 1e3,
-        Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
-    Fig("11", "f000", r"trains an epoch in about (\d+) ms", calc(lambda s: s * 1e3, FUSED_S)),
-    Fig("08", "cg10", r"\| 15 → 1 \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
-    Fig("08", "cg10", r"\| 15 → 1 \| about \d+ \| \*\*about (\d+)\*\*", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
-    Fig("08", "cg10", r"\| not counted → 1 \| about (\d+) \(eager\)", calc(lambda s: s * 1e3, TORCH_S), tol=0.01),
+    Fig("08", "cg10", r"What is left,\s+(\d+) ms against", Qty("plain graph epoch, ms")),
+    Fig("10", "p000", r"the plain loop from about (\d+) to \d+ ms", Qty("plain epoch, ms")),
+    Fig("10", "p000", r"the plain loop from about \d+ to (\d+) ms", Qty("plain graph epoch, ms")),
+    Fig("11", "f000", r"trains an epoch in about (\d+) ms", Qty("fused epoch, ms")),
+    Fig("08", "cg10", r"\| 15 → 1 \| about (\d+) \|", Qty("plain epoch, ms")),
+    Fig("08", "cg10", r"\| 15 → 1 \| about \d+ \| \*\*about (\d+)\*\*", Qty("plain graph epoch, ms")),
+    Fig("08", "cg10", r"\| not counted → 1 \| about (\d+) \(eager\)", Qty("PyTorch eager epoch, ms"), tol=0.01),
     Fig("08", "cg10", r"\(eager\) \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
     Fig("12", "cf1", r"its ([\d.]+) µs \(measured in notebook 13\) overlap", SPARE_US),
     # --- 08 section 6: the batch-size sweep (results/scaling-h200.json) ---
@@ -488,20 +537,18 @@ FIGURES = [
     Fig(README, "", r"an epoch in ([\d.]+) ms there against", Json("fused-t4grid-h200.json", "epochs.epoch.epoch_ms")),
     Fig(README, "", r"against ([\d.]+) ms on the H200's own 132 blocks",
         Json("fused-t4grid-h200.json", "epoch_ms_own_grid_no_tma.epoch_ms")),
-    Fig(README, "", r"trains an epoch in about ([\d.]+) ms", calc(lambda s: s * 1e3, FUSED_S)),
-    Fig(README, "", r"(\d+) ms for PyTorch eager", calc(lambda s: s * 1e3, TORCH_S)),
+    Fig(README, "", r"trains an epoch in about ([\d.]+) ms", Qty("fused epoch, ms")),
+    Fig(README, "", r"(\d+) ms for PyTorch eager", Qty("PyTorch eager epoch, ms")),
     Fig(README, "", r"against (\d+) ms for PyTorch's CUDA graph", calc(lambda s: s * 1e3,
         Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
-    Fig(README, "", r"the plain loop drops from (\d+) ms", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
-    Fig(README, "", r"ms to (\d+) ms per epoch when its launches", calc(lambda s: s * 1e3,
-        Json(BENCH, "rows[impl=course_plain_graph].epoch_s"))),
+    Fig(README, "", r"the plain loop drops from (\d+) ms", Qty("plain epoch, ms")),
+    Fig(README, "", r"ms to (\d+) ms per epoch when its launches", Qty("plain graph epoch, ms")),
     # --- 08-12 after the splits (issue 28) ---
     Fig("08", "c010", r"peaks at about (\d+) GB/s", Out("08", "c011", r"16384 KiB\s+host → device:\s+[\d.]+ µs \(\s*([\d.]+) GB/s")),
     Fig("09", "cm1", r"load from DRAM takes about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
-    Fig("10", "p_t2", r"save about (\d+) µs", calc(lambda a, b: a - b, Out("10", "p_tc", r"plain \(15 launches/step\)\s+([\d.]+) µs"),
-        Out("10", "p_tc", r"merged \(9 launches/step\)\s+([\d.]+) µs"))),
-    Fig("10", "p_t2", r"of a ([\d.]+) µs step", Out("10", "p_tc", r"plain \(15 launches/step\)\s+([\d.]+) µs")),
-    Fig("10", "p_t2", r"benchmark,\s+(\d+) ms an epoch", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
+    Fig("10", "p_t2", r"take about (\d+) % off the step", calc(lambda p, m: 100 * (1 - m / p), PLAIN_US_10, MERGED_US_10),
+        tol=0.05),
+    Fig("10", "p_t2", r"benchmark, (\d+) ms an epoch", Qty("plain epoch, ms")),
     Fig("10", "p_bw2", r"takes about\s+([\d.]+) µs", Out("10", "p_bwr", r"grid_barrier .*?([\d.]+) µs a round")),
     Fig("11", "c038c", r"gives `fused_steps_kernel` (\d+) registers", Ptxas("course.fused:fused_steps_kernel")),
     Fig("11", "c038c", r"it spills (\d+) bytes", Ptxas("course.fused:fused_steps_kernel", 128, "spill")),
@@ -527,7 +574,7 @@ FIGURES = [
     Fig(HISTORY, "", r"µs, ([\d.]+) → [\d.]+ ms on the same host", Json(FUSED, FINAL + ".without_copies_ms")),
     Fig(HISTORY, "", r"µs, [\d.]+ → ([\d.]+) ms on the same host", Json(FUSED, FINAL + ".epoch_ms")),
     Fig(HISTORY, "", r"the committed kernel, ([\d.]+) ms", Json(FUSED, NOW + ".epoch_ms")),
-    Fig(HISTORY, "", r"with the host's share, take about (\d+) ms", calc(lambda s: s * 1e3, FUSED_S)),
+    Fig(HISTORY, "", r"with the host's share, take about (\d+) ms", Qty("fused epoch, ms")),
     Fig("13", "c062", r"H200's ([\d.]+) GHz", Json(FUSED, "latency_probe.sm_clock_ghz")),
     Fig(HISTORY, "", r"the epoch did not: ([\d.]+) → [\d.]+ ms", Json(FUSED, "versions[epoch_ms=12.22].epoch_ms")),
     Fig(HISTORY, "", r"the epoch did not: [\d.]+ → ([\d.]+) ms", Json(FUSED, "versions[epoch_ms=12.39].epoch_ms")),
@@ -549,21 +596,22 @@ FIGURES = [
     Fig("13", "c062", r"own time per step, about (\d+) µs", CLOCK("step")),
     Fig("13", "c053", r"takes (\d+) ms an epoch,\s+launched", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"))),
     Fig("13", "c053", r"launched one by\s+one (\d+) ms", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step].epoch_s"))),
-    Fig("13", "c053", r"against (\d+) ms for the plain loop", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_plain].epoch_s"))),
+    Fig("13", "c053", r"against (\d+) ms for the plain loop", Qty("plain epoch, ms")),
     Fig("13", "e_end", r"fused3: (\d+)× faster than fused2", calc(lambda a, b: a / b, Out("13", "fl3", r"(?m)^fused2\s.*\s([\d.]+)$"), Out("13", "fl3", r"(?m)^fused3\s.*\s([\d.]+)$"))),
     Fig("13", "c053", r"from run to run: ([\d.]+) ms here", Out("13", "fl3", r"(?m)^fused2\s.*\s([\d.]+)$")),
-    Fig("13", "c062", r"(\d+)× in the benchmark", calc(lambda p, f: p / f, Json(BENCH, "rows[impl=course_plain].epoch_s"), FUSED_S)),
-    Fig("13", "c062", r"kernel takes ([\d.]+) ms per epoch against", FUSED_MS_10),
-    Fig("13", "c062", r"against ([\d.]+) ms for the plain loop", PLAIN_MS_10),
-    Fig("13", "c062", r"accuracy: (\d+)× here", SPEEDUP_10),
+    Fig("13", "c062", r"ms for the plain loop, (\d+)× \(the plain", calc(lambda p, f: p / f, PLAIN_S, FUSED_S)),
+    Fig("13", "c062", r"benchmark for both: ([\d.]+) ms an epoch", Qty("fused epoch, ms")),
+    Fig("13", "c062", r"fused kernel against (\d+) ms for the plain loop", Qty("plain epoch, ms")),
+    Fig("13", "c062", r"trained (\d+)× faster than its plain loop", SPEEDUP_10),
+    Fig("13", "c062", r"\(the\s+benchmark's ([\d.]+) ms\)", Qty("fused epoch, ms")),
     Fig("13", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
-    Fig("13", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, FUSED_MS_10, FP32_MS), tol=0.05),
+    Fig("13", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, Qty("fused epoch, ms"), FP32_MS), tol=0.05),
     Fig("13", "c062", r"split a step into (\d+) parts", calc(lambda: sum(who != "spare" for _, _, who in CLOCK_PARTS.values()), why="course.fused.CLOCK_PARTS on the path")),
     Fig("13", "c062", r"about (\d+) ns for a dependent", Json(FUSED, "latency_probe.l2_hit_ns")),
     Fig("13", "c062", r"about (\d+) ns for a trip to DRAM", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
     Fig("13", "c062", r"take about ([\d.]+) µs for 100 multiply-adds", A_FWD),
     Fig("13", "c062", r"\((1,875) per epoch", calc(lambda: 2 * STEPS + 1, why="two barriers a step and one after the first gather (course.fused.fused_steps_kernel)")),
-    Fig("13", "c062", r"first gather\), about ([\d.]+) µs each", Out("13", "ck3", r"barrier 1 \(last arrival to first release\)\s+([\d.]+) µs")),
+    Fig("13", "c062", r"first gather\), about ([\d.]+) µs each", Qty("grid barrier in the epoch kernel, µs")),
     Fig("13", "c062", r"small part of the (\d+) µs step", CLOCK("step")),
 ]
 
@@ -653,6 +701,82 @@ def test_every_figure_has_a_source():
                 loose.append(f"{where_name(where, cell)}: {m.group(0)!r} in '...{context}...'")
     assert not loose, ("figures in the prose with no source in tests/test_figures.py FIGURES (add an entry: the saved "
                        "output or results JSON it comes from, or the arithmetic / data sheet):\n" + "\n".join(loose))
+
+
+def leaves(source):
+    """The measured sources under a source: a Calc's arguments, a Qty's canonical source, recursively."""
+    if isinstance(source, Calc):
+        return [leaf for a in source.args for leaf in leaves(a)]
+    if isinstance(source, Qty):
+        return leaves(QUANTITIES[source.name][0])
+    return [source]
+
+
+def run_of(source):
+    """Which run a measured source comes from: a cell's saved output, or a results file."""
+    if isinstance(source, Out):
+        return f"notebook {source.nb} cell {source.cell}"
+    return source.file if isinstance(source, Json) else str(source)
+
+
+def disagreements(quoted):
+    """[(a, b)] of quoted figures [(quantity, written, scale, place)] of one quantity that no single value fits:
+    each written figure, over its scale, stands for an interval of half its last digit; two that do not overlap
+    quote different values."""
+    def interval(written, scale):
+        half = 0.5 * 10 ** -decimals(written) * (1 + 1e-9)
+        return sorted(((_number(written) - half) / scale, (_number(written) + half) / scale))
+    out = []
+    for i, (qa, wa, sa, pa) in enumerate(quoted):
+        for qb, wb, sb, pb in quoted[i + 1:]:
+            (lo_a, hi_a), (lo_b, hi_b) = interval(wa, sa), interval(wb, sb)
+            if qa == qb and (hi_a < lo_b or hi_b < lo_a):
+                out.append((f"{pa}: {wa}", f"{pb}: {wb}"))
+    return out
+
+
+def other_run_problem(fig, text):
+    """Why `fig` may not quote another run of a declared quantity (None if it may): another run appears only inside
+    its own table, as a ratio of that run's figures, or in prose that calls it "this run's"."""
+    others = {o: name for name, (_, runs) in QUANTITIES.items() for o in runs}
+    hit = [others[leaf] for leaf in leaves(fig.source) if leaf in others]
+    if not hit or (fig.where, fig.cell) in OTHER_RUN_CELLS_NOT_YET:
+        return None
+    runs = {run_of(leaf) for leaf in leaves(fig.source)}
+    ratio = isinstance(fig.source, Calc) and len(fig.source.args) >= 2
+    if len(runs) == 1 and (ratio or "this run" in text):
+        return None
+    return (f"{where_name(fig.where, fig.cell)}: {fig.phrase!r} quotes another run of {hit[0]!r} ({', '.join(runs)}); "
+            f"quote Qty({hit[0]!r}), or keep that run's figures to a ratio or to prose that says 'this run'")
+
+
+def test_one_figure_per_quantity():
+    """Every FIGURES entry of one declared quantity quotes the same value (issue 51: the plain step was 626, 737.5,
+    912 and 1,334 µs)."""
+    quoted = [(f.source.name, locate(f).group(1), f.source.scale, where_name(f.where, f.cell))
+              for f in FIGURES if isinstance(f.source, Qty)]
+    assert len({q[0] for q in quoted}) >= 6, "the quantities are declared and quoted"
+    assert not disagreements(quoted), f"one quantity, different figures: {disagreements(quoted)}"
+
+
+def test_quantities_disagree_when_their_figures_do():
+    """The check itself: 626 and 737.5 µs of one quantity disagree; 855 ms and 0.86 s, or 913 and 912.96, do not."""
+    step, epoch = "plain step, µs", "plain epoch, ms"
+    assert disagreements([(step, "626", 1, "08 c018"), (step, "737.5", 1, "08 cg10")])
+    assert not disagreements([(epoch, "855", 1, "08"), (epoch, "0.86", 1e-3, "08 c000"), (step, "626", 1, "x")])
+    assert not disagreements([(step, "913", 1, "a"), (step, "912.96", 1, "b")])
+    assert disagreements([(epoch, "855", 1, "a"), (epoch, "1,003.6", 1, "b")])
+
+
+def test_other_runs_stay_in_their_own_table():
+    """A figure from another run of a declared quantity is a ratio of that run, or the prose calls it this run's."""
+    problems = [other_run_problem(f, prose_text(f.where, f.cell)) for f in FIGURES]
+    assert not [p for p in problems if p], "\n".join(p for p in problems if p)
+    quoted = Fig("10", "p_t2", r"(1334.3)", PLAIN_US_10)           # issue 51: 10 quoted its own plain step bare
+    assert other_run_problem(quoted, "a 1334.3 µs step")
+    assert other_run_problem(quoted, "this run's step, 1334.3 µs") is None
+    assert other_run_problem(Fig("10", "p_t2", "", calc(lambda p, m: p / m, PLAIN_US_10, MERGED_US_10)), "") is None
+    assert other_run_problem(Fig("13", "c062", "", calc(lambda p, f: p / f, PLAIN_MS_10, FUSED_S)), "this run")
 
 
 def test_the_scan_sees_figures():

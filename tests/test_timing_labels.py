@@ -36,9 +36,35 @@ def cells():
                                              and "# NBVAL_CHECK_OUTPUT" not in c[2] and c[:2] not in NOT_YET],
                          ids=lambda v: v if isinstance(v, str) and len(v) < 20 else "")
 def test_every_printed_timing_goes_through_the_helper(name, cid, src):
-    assert "timing.label(" in src or "timing.sim_note()" in src, f"{name} {cid}: a printed time without the label"
+    assert "timing.label(" in src or "timing.sim_note()" in src or "timing.on_gpu(" in src, (
+        f"{name} {cid}: a printed time without the label")
 
 
 def test_no_notebook_types_its_own_simulator_label():
     for name, cid, src in cells():
         assert "timings meaningless" not in src and "(simulator: meaningless)" not in src, (name, cid)
+
+
+def test_on_gpu_off_a_gpu_says_why_in_one_line(capsys):
+    assert timing.on_gpu("a 16 × 24 matmul's TFLOP/s say nothing") is False
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "no GPU" in out and "16 × 24" in out and "saved GPU run" in out
+
+
+def test_on_gpu_on_a_gpu_prints_nothing(monkeypatch, capsys):
+    monkeypatch.setattr(course, "SIMULATOR", False)
+    assert timing.on_gpu("anything") is True
+    assert capsys.readouterr().out == ""
+
+
+# what a cell prints that means nothing off a GPU (issue 51 item 5): an epoch scaled from a shrunk network's step,
+# TFLOP/s, a step's clock parts, a speed-up, a launch priced against the GPU's epoch, "GPU busy"
+MEANINGLESS_OFF_GPU = re.compile(r"per epoch of \d|TFLOP/s|clock_report\(|speed-up|launch per step|GPU busy")
+
+
+@pytest.mark.parametrize("name, cid, src", [c for c in cells() if MEANINGLESS_OFF_GPU.search(c[2]) and "print(" in c[2]
+                                             and c[0][:2] in {"08", "09", "10", "11", "12", "13"}],
+                         ids=lambda v: v if isinstance(v, str) and len(v) < 20 else "")
+def test_figures_that_mean_nothing_off_a_gpu_wait_for_one(name, cid, src):
+    """Such a cell prints them on a GPU only: off it, timing.on_gpu says why in one line and points to the saved run."""
+    assert "timing.on_gpu(" in src, f"{name} {cid}: prints a figure that means nothing without a GPU"
