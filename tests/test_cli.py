@@ -59,6 +59,12 @@ def dataset(root, n_train, n_test, seed=0):
     (["train", "--hidden", "0"], "argument --hidden: must be at least 1"),
     (["train", "--epochs", "-3"], "argument --epochs: must be at least 1"),
     (["train", "--epochs", "many"], "argument --epochs: 'many' is not a whole number"),
+    (["train", "--epochs", str(10**20)], "argument --epochs: must be at most 10,000"),
+    (["race", "--target", "2"], "argument --target: must be a test accuracy from 0 to 1, got 2"),
+    (["race", "--target", "nan"], "argument --target: must be a test accuracy from 0 to 1, got nan"),
+    (["race", "--target", "-0.5"], "argument --target: must be a test accuracy from 0 to 1"),
+    (["race", "--seeds", str(10**19)], "argument --seeds: must be at most 100"),
+    (["race", "--seeds", "1e19"], "argument --seeds: '1e19' is not a whole number"),
     (["train", "--batch-size", "0"], "argument --batch-size: must be at least 1"),
     (["train", "--lr", "-0.1"], "argument --lr: must be a positive number"),
     (["train", "--lr", "nan"], "argument --lr: must be a positive number"),
@@ -87,6 +93,24 @@ def test_bad_arguments_get_one_line_and_exit_2(capsys, tmp_path, args, says):
     rc, out, err = cli(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in args])
     assert rc == 2 and err.count("\n") == 1 and says in err, err
     assert "Traceback" not in err and not any(b in err for b in BANNERS) and out == ""
+
+
+@pytest.mark.skipif(not course.SIMULATOR, reason="this machine has a GPU")
+def test_race_and_the_scaling_sweep_without_a_gpu_refuse_in_one_line(capsys, tmp_path):
+    """Issue 47 item 13: the race ran the fused kernel at full size off the GPU, then a traceback; the sweep's --out
+    was checked after the run."""
+    rc, out, err = cli(capsys, "race")
+    lines = [line for line in err.splitlines() if not line.startswith(BANNERS)]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("python -m course race: error: the race times GPU kernels and needs a GPU")
+    assert "notebooks/results/race-h200.json holds an H200's race, and --quick checks the pipeline here" in lines[0]
+    from course.tools import scaling
+    for args, says in ((["--out", str(tmp_path / "no" / "s.json")], "the directory"),
+                       (["--out", str(tmp_path)], "is a directory"), ([], "the sweep times GPU kernels and needs a GPU")):
+        with pytest.raises(SystemExit) as e:
+            scaling.main(["--quick", *args] if args else args)
+        out, err = capsys.readouterr()
+        assert e.value.code == 2 and err.count("\n") == 1 and says in err and out == "", err
 
 
 def test_dataset_without_test_images(capsys, tmp_path):
