@@ -31,8 +31,10 @@ def run_bench(args):
 
 
 def run_race(args):
+    from .tools.race import needs_gpu, run  # written with notebook 14
+    if needs_gpu(args):  # before the device's banner: one line
+        raise CommandError(needs_gpu(args))
     device_ready()
-    from .tools.race import run  # written with notebook 14
 
     def error(message):
         raise CommandError(message)

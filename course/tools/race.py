@@ -29,8 +29,6 @@ from course.race import recipe_time, time_to_target
 TARGET = 0.975          # test accuracy to reach
 EVALS_PER_EPOCH = 4     # evaluation points (and learning-rate changes) per epoch
 SEEDS = 5               # seeds for the final rows; the sweep uses one
-MAX_SEEDS = 100         # --seeds at most: each final row runs every seed to the target
-SAVED = "notebooks/results/race-h200.json"  # an H200's race, what notebook 14 reads
 MAX_EPOCHS = 8          # a "const" run that has not reached the target by then does not count
 FINALISTS = 2           # recipes per implementation taken from the sweep to the final
 HIDDEN = 128
@@ -371,6 +369,20 @@ def load_data(quick):
     return data, cfg
 
 
+MAX_SEEDS = 100         # --seeds at most: each final row runs every seed to the target
+SAVED = "notebooks/results/race-h200.json"  # an H200's race, what notebook 14 reads
+
+
+def needs_gpu(args):
+    """Why this race cannot run here (one line), or None: without a GPU only --quick runs (the full sweep in the
+    simulator or on the CPU executor would take hours and time nothing a GPU does)."""
+    import course
+    if course.SIMULATOR and not args.quick:
+        return (f"the race times GPU kernels and needs a GPU (none here: {course.WHY}); {SAVED} holds an H200's "
+                "race, and --quick checks the pipeline here")
+    return None
+
+
 def run(args, error):
     import course
     from pathlib import Path
@@ -379,9 +391,6 @@ def run(args, error):
     out = Path(args.out) if args.out else None
     if out is not None and not out.parent.is_dir():
         error(f"--out {out}: the directory {out.parent} does not exist")
-    if course.SIMULATOR and not args.quick:  # the full sweep in the simulator or on the CPU: hours, then meaningless
-        error(f"the race times GPU kernels and needs a GPU (none here: {course.WHY}); {SAVED} holds an H200's "
-              "race, and --quick checks the pipeline here")
     data, cfg = load_data(args.quick)
     device = describe(course.SIMULATOR)
     X = data["course"][0]
