@@ -43,7 +43,8 @@ def module_origin(name):
     """(version, folder, error, installed folder) of one distribution's module, as imported here."""
     module = MODULES[name]
     try:
-        installed = str(Path(importlib.metadata.distribution(name).locate_file(module)).resolve())
+        installed = Path(importlib.metadata.distribution(name).locate_file(module)).resolve()
+        installed = str(installed) if installed.exists() else None  # an editable install's code is elsewhere
     except importlib.metadata.PackageNotFoundError:
         installed = None
     try:
@@ -51,9 +52,9 @@ def module_origin(name):
     except Exception as e:  # an ImportError, or whatever a broken package raises at import
         first = (str(e).strip().splitlines() or [""])[0]
         return None, None, f"{type(e).__name__}: {first}"[:200], installed
-    where = getattr(m, "__file__", None)
-    folder = str(Path(where).resolve().parent if Path(where).name == "__init__.py" else Path(where).resolve()) \
-        if where else None
+    where = getattr(m, "__file__", None) or next(iter(getattr(m, "__path__", [])), None)  # a folder without __init__
+    folder = None if where is None else Path(where).resolve()
+    folder = str(folder.parent if folder.name == "__init__.py" else folder) if folder else None
     return getattr(m, "__version__", None), folder, None, installed
 
 
