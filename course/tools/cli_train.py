@@ -11,7 +11,7 @@ from course.tools.cli import (CommandError, bounded_int, device_ready, directory
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")  # where Debian's dataset-fashion-mnist puts it
 MAX_HIDDEN = 65536   # 784 x 65,536 float32 weights are 205 MB (x4 with Adam's state and the gradient)
 MAX_BATCH = 65536
-MAX_EPOCHS = 10000   # a full-size epoch takes a second on a GPU and about 15 s on the CPU executor
+MAX_EPOCHS = 10000   # more is a typo (1e20), not a run anyone waits for: --epochs above it exits 2
 QUICK_TRAIN, QUICK_TEST = 16384, 2000  # --quick: the first images of each set
 
 
