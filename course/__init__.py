@@ -42,15 +42,23 @@ if SIMULATOR:
         cpu.enable(CPU)
 
 
+def _banner_stream():
+    """stdout in a Jupyter kernel (JupyterLab paints stderr red, as an error; this is news), else stderr (a script's
+    or a command's stdout is its results)."""
+    shell = _sys.modules.get("IPython") and _sys.modules["IPython"].get_ipython()
+    jupyter = any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)  # Colab's is a subclass
+    return _sys.stdout if jupyter else _sys.stderr
+
+
 def banner():
-    """Say on stderr where kernels run without a GPU (on `import course`; the command line prints it itself)."""
+    """Say where kernels run without a GPU (on `import course`; the command line prints it itself)."""
     if CPU:
         print(f"course: CPU executor ({WHY}): kernels compiled for the CPU by numba, the exercise checks in the "
               "CUDA simulator. COURSE_DEVICE=sim runs everything in the simulator, gpu insists on a GPU.",
-              file=_sys.stderr)
+              file=_banner_stream())
     elif SIMULATOR:
         print(f"course: CUDA simulator ({WHY}); notebooks shrink their data. "
-              "Set COURSE_DEVICE=gpu to insist on a GPU.", file=_sys.stderr)
+              "Set COURSE_DEVICE=gpu to insist on a GPU.", file=_banner_stream())
 
 
 if not _CLI:

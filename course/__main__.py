@@ -4,7 +4,7 @@ import os
 import sys
 
 from .tools import cli_train
-from .tools.cli import CommandError, OneLineParser, device_ready, output_file, positive_int
+from .tools.cli import CommandError, OneLineParser, bounded_int, device_ready, fraction, output_file, positive_int
 
 COMMANDS = "info, doctor, train, bench, race, export, exercises, execute, download, nbgrader-setup, student-build"
 
@@ -31,8 +31,10 @@ def run_bench(args):
 
 
 def run_race(args):
+    from .tools.race import needs_gpu, run  # written with notebook 14
+    if needs_gpu(args):  # before the device's banner: one line
+        raise CommandError(needs_gpu(args))
     device_ready()
-    from .tools.race import run  # written with notebook 14
 
     def error(message):
         raise CommandError(message)
@@ -89,8 +91,8 @@ def parser():
     r = sub.add_parser("race", help="time to a test accuracy: the course's fastest loop against PyTorch's, each "
                                     "after the same sweep (notebook 14)")
     r.add_argument("--quick", action="store_true", help="a tiny run that checks the pipeline (works in the simulator)")
-    r.add_argument("--target", type=float, default=race.TARGET, help=f"test accuracy to reach (default {race.TARGET})")
-    r.add_argument("--seeds", type=positive_int, default=race.SEEDS, help=f"seeds of each final row (default {race.SEEDS})")
+    r.add_argument("--target", type=fraction, default=race.TARGET, help=f"test accuracy to reach (default {race.TARGET})")
+    r.add_argument("--seeds", type=bounded_int(race.MAX_SEEDS), default=race.SEEDS, help=f"seeds of each final row (default {race.SEEDS})")
     r.add_argument("--out", type=output_file, default=None, help="write the results as JSON to this file")
     r.set_defaults(run=run_race)
     for name, what in (("export", "course/ modules from the notebooks' #| export cells"),

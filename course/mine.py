@@ -8,6 +8,7 @@ and prints whose code runs where; `use_course()` puts the course's back. A solut
 re-run, or the notebook saved, with a different source) or whose check failed since is not used."""
 import ast
 import dis
+import errno
 import hashlib
 import importlib
 import importlib.util
@@ -17,6 +18,7 @@ import linecache
 import os
 import re
 import sys
+import tempfile
 import textwrap
 import time
 import types
@@ -326,14 +328,22 @@ def read_record(key):
 
 
 def _write(path, text):
+    """Write text to path atomically, through a new temporary file beside it (never a name planted in advance);
+    OSError for a path that is a symbolic link (a file course.mine did not write)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
+    if path.is_symlink():
+        raise OSError(errno.ELOOP, f"{path.name} is a symbolic link, which course.mine does not write through")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # O_EXCL, mode 0600
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)  # atomic: another notebook's kernel never reads half a file
     finally:
-        if tmp.exists():  # a full disk: no half-written .tmp left behind
-            tmp.unlink()
+        if os.path.lexists(tmp):  # a full disk: no half-written .tmp left behind
+            os.unlink(tmp)
 
 
 def _write_record(key, rec):
@@ -369,6 +379,7 @@ def record(exercise, solution, check=None, quiet=False):
         return None
     try:
         text, functions = capture(solution)
+        _only_definitions(_paths(key)[0], text)  # what use_mine() would refuse to load: said now, not saved
     except (CaptureError, OSError, TypeError, SyntaxError) as e:
         _not_saved(e)
         return None
@@ -482,23 +493,42 @@ def _edited_in_file(key, rec):
             cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError):  # not a notebook: not ours
             continue
-        for c in cells if isinstance(cells, list) else []:
+        for i, c in enumerate(cells if isinstance(cells, list) else []):
             if not isinstance(c, dict):
                 continue
             src = c.get("source", "")
-            src = "".join(src) if isinstance(src, list) else src
+            src = "".join(src) if isinstance(src, list) and all(isinstance(x, str) for x in src) else src
+            if not isinstance(src, str):  # JSON, but not a notebook's cell: the student's file, so say so
+                _note_once(f"course.mine: {path.name} cell {i}: its source is a {type(src).__name__}, not text: "
+                           "skipped when looking for edits")
+                continue
             if c.get("cell_type") == "code" and key in MARKER_RE.findall(src):
                 return normalize(_transform(src)) != rec["cell"]
     return False
 
 
+_NOTED = set()
+
+
+def _note_once(line):
+    """Print a one-line note the first time it comes up in this process."""
+    if line not in _NOTED:
+        _NOTED.add(line)
+        print(line)
+
+
 SAVED_STATEMENTS = (ast.Import, ast.ImportFrom, ast.Assign, ast.FunctionDef)  # all that record() writes
+
+
+JIT_DECORATORS = ("numba.cuda.jit", "numba.jit", "numba.njit")  # the only code a saved def may run when defined
 
 
 def _only_definitions(path, text):
     """Raise CaptureError unless the file holds only what record() writes: imports, constants, defs (so that
-    importing it cannot print, exit or loop: a statement of any other kind, or a call outside a def, is refused)."""
+    importing it cannot print, exit or loop: a statement of any other kind, or a call outside a def, is refused;
+    a def's decorators must be numba's jit, its defaults and annotations names or constants)."""
     tree = ast.parse(text, filename=str(path))
+    imported = _imported_names(tree)
     for node in tree.body:
         ok = isinstance(node, SAVED_STATEMENTS) or isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
         if isinstance(node, ast.Assign):  # NAME = literal, or NAME = numpy.float32(literal)
@@ -508,6 +538,54 @@ def _only_definitions(path, text):
         if not ok:
             raise CaptureError(f"{path.name} line {node.lineno} is not what course.mine saves (a "
                                f"{type(node).__name__}): edit the notebook, not this file")
+        if isinstance(node, ast.FunctionDef):
+            _plain_def(path, node, imported)
+
+
+def _imported_names(tree):
+    """{name the file binds by an import: the dotted name it stands for}."""
+    names = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                names[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            for a in node.names:
+                names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
+
+
+def _dotted(node):
+    """"a.b.c" for a name or a chain of attributes of one, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+
+
+def _plain_def(path, node, imported):
+    """Raise CaptureError for a def that would run code when defined: a decorator other than numba's jit (with
+    constant arguments), a default value or an annotation other than a name or a constant."""
+    where = f"{path.name} line {node.lineno} ({node.name})"
+    for d in node.decorator_list:
+        call = d if isinstance(d, ast.Call) else None
+        name = _dotted(call.func if call else d)
+        head, _, rest = (name or "").partition(".")
+        full = ".".join(filter(None, [imported.get(head, head), rest]))
+        constant_args = call is None or all(_is_literal(a) for a in call.args) and all(
+            k.arg and _is_literal(k.value) for k in call.keywords)
+        if full not in JIT_DECORATORS or not constant_args:
+            raise CaptureError(f"{where}: its decorator `{ast.unparse(d)[:60]}` is not numba's jit with constant "
+                               "arguments, and course.mine runs nothing else when it loads a solution")
+    a = node.args
+    values = [*a.defaults, *filter(None, a.kw_defaults), node.returns,
+              *[arg.annotation for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if arg]]
+    for v in filter(None, values):
+        if not (_is_literal(v) or _dotted(v)):
+            raise CaptureError(f"{where}: `{ast.unparse(v)[:60]}` (a default value or an annotation) is not a name "
+                               "or a constant, and course.mine runs nothing else when it loads a solution: compute "
+                               "it inside the function")
 
 
 def _numpy_scalar(call):

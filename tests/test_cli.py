@@ -1,6 +1,7 @@
 """`python -m course`: every bad argument, missing device, unusable file or interruption gives one line and exit
 code 2 (130 for Ctrl-C), before any work and without the simulator's banner; a finished run's results are never
 lost; `execute` leaves a notebook whose cell failed untouched and says which cell."""
+import errno
 import gzip
 import hashlib
 import json
@@ -59,6 +60,12 @@ def dataset(root, n_train, n_test, seed=0):
     (["train", "--hidden", "0"], "argument --hidden: must be at least 1"),
     (["train", "--epochs", "-3"], "argument --epochs: must be at least 1"),
     (["train", "--epochs", "many"], "argument --epochs: 'many' is not a whole number"),
+    (["train", "--epochs", str(10**20)], "argument --epochs: must be at most 10,000"),
+    (["race", "--target", "2"], "argument --target: must be a test accuracy from 0 to 1, got 2"),
+    (["race", "--target", "nan"], "argument --target: must be a test accuracy from 0 to 1, got nan"),
+    (["race", "--target", "-0.5"], "argument --target: must be a test accuracy from 0 to 1"),
+    (["race", "--seeds", str(10**19)], "argument --seeds: must be at most 100"),
+    (["race", "--seeds", "1e19"], "argument --seeds: '1e19' is not a whole number"),
     (["train", "--batch-size", "0"], "argument --batch-size: must be at least 1"),
     (["train", "--lr", "-0.1"], "argument --lr: must be a positive number"),
     (["train", "--lr", "nan"], "argument --lr: must be a positive number"),
@@ -87,6 +94,24 @@ def test_bad_arguments_get_one_line_and_exit_2(capsys, tmp_path, args, says):
     rc, out, err = cli(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in args])
     assert rc == 2 and err.count("\n") == 1 and says in err, err
     assert "Traceback" not in err and not any(b in err for b in BANNERS) and out == ""
+
+
+@pytest.mark.skipif(not course.SIMULATOR, reason="this machine has a GPU")
+def test_race_and_the_scaling_sweep_without_a_gpu_refuse_in_one_line(capsys, tmp_path):
+    """Issue 47 item 13: the race ran the fused kernel at full size off the GPU, then a traceback; the sweep's --out
+    was checked after the run."""
+    rc, out, err = cli(capsys, "race")
+    lines = err.splitlines()
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err and out == "", err
+    assert lines[0].startswith("python -m course race: error: the race times GPU kernels and needs a GPU")
+    assert "notebooks/results/race-h200.json holds an H200's race, and --quick checks the pipeline here" in lines[0]
+    from course.tools import scaling
+    for args, says in ((["--out", str(tmp_path / "no" / "s.json")], "the directory"),
+                       (["--out", str(tmp_path)], "is a directory"), ([], "the sweep times GPU kernels and needs a GPU")):
+        with pytest.raises(SystemExit) as e:
+            scaling.main(["--quick", *args] if args else args)
+        out, err = capsys.readouterr()
+        assert e.value.code == 2 and err.count("\n") == 1 and says in err and out == "", err
 
 
 def test_dataset_without_test_images(capsys, tmp_path):
@@ -224,11 +249,18 @@ def test_a_failed_execution_leaves_the_notebook_untouched(capsys, tmp_path, sour
 
 
 def test_a_good_execution_saves_the_outputs(capsys, tmp_path):
-    path = tmp_path / "nb.ipynb"
-    notebook(path, "print(6 * 7)")
+    """Through a link, into the file it names, whose mode stays (issue 47 item 15: the link was replaced by a file,
+    and a 0600 notebook became 0644)."""
+    real, path = tmp_path / "work" / "nb.ipynb", tmp_path / "nb.ipynb"
+    real.parent.mkdir()
+    notebook(real, "print(6 * 7)")
+    real.chmod(0o600)
+    os.symlink(real, path)
     rc, out, _ = cli(capsys, "execute", str(path))
     assert rc == 0 and "ok in" in out
-    assert "".join(json.loads(path.read_text())["cells"][0]["outputs"][0]["text"]) == "42\n"
+    assert path.is_symlink() and os.readlink(path) == str(real) and (real.stat().st_mode & 0o777) == 0o600
+    assert "".join(json.loads(real.read_text())["cells"][0]["outputs"][0]["text"]) == "42\n"
+    assert not list(tmp_path.rglob("*.part"))
 
 
 @pytest.mark.parametrize("cmd", ["train", "bench"])
@@ -255,17 +287,44 @@ def test_results_are_written_through_a_link(tmp_path, capsys):
     assert write_json(tmp_path / "r2.json", {"a": 1}) == 0  # a plain file as before
 
 
-def test_an_execution_that_cannot_be_saved_keeps_its_outputs(capsys, tmp_path):
+def test_an_execution_that_cannot_be_saved_keeps_its_outputs(capsys, tmp_path, monkeypatch):
     """Issue 32 item 12: a read-only folder or a full disk after the run: one line, the run kept in the temp dir."""
     path = tmp_path / "nb.ipynb"
     before = notebook(path, "print(6 * 7)")
-    (tmp_path / ".nb.ipynb.part").mkdir()  # where the executed notebook is written first: now it cannot be
+    replace = os.replace
+
+    def full_disk(src, dst, *args, **kwargs):  # the executed notebook's last step, onto the notebook: it fails
+        if os.fspath(dst) == str(path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return replace(src, dst, *args, **kwargs)
+    monkeypatch.setattr(os, "replace", full_disk)
     rc, _, err = cli(capsys, "execute", str(path))
     assert rc == 1 and path.read_bytes() == before and err.count("\n") == 1, err
     assert "ran in" in err and "could not be saved" in err and "Traceback" not in err
     rescue = err.split("the executed notebook is in ", 1)[1].split(";", 1)[0]
     assert "".join(json.loads(open(rescue).read())["cells"][0]["outputs"][0]["text"]) == "42\n"
+    assert not list(tmp_path.glob("*.part"))
     os.unlink(rescue)
+
+
+def test_ctrl_c_during_execute_stops_every_notebook_in_one_line_and_130(tmp_path):
+    """Issue 47 item 15: Ctrl-C (to the terminal's process group) while A ran reported A's kernel as dead, ran B,
+    and ended in nbclient's traceback with rc 1."""
+    a, b = tmp_path / "a.ipynb", tmp_path / "b.ipynb"
+    before = notebook(a, "import pathlib, time\npathlib.Path('started').touch()\ntime.sleep(60)"), notebook(b, "1")
+    p = subprocess.Popen([sys.executable, "-m", "course", "execute", str(a), str(b)], text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.2)
+        os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the command and its kernel
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130 and err.splitlines() == ["python -m course execute: interrupted"], err
+    assert (a.read_bytes(), b.read_bytes()) == before and "ok in" not in out
 
 
 def test_a_timed_out_cell_is_one_line_without_the_kernel_s_traceback(capfd, tmp_path):

@@ -59,12 +59,22 @@ def test_the_cell_installs_numba_cuda_and_the_pins_and_nothing_of_jupyter():
     assert not any("0.20.1" in a for a in args)  # the macOS build is not Colab's
 
 
-def run_block(monkeypatch, on_colab):
-    """exec the block with subprocess.run and os.chdir recorded (nothing runs); returns the calls."""
+def run_block(monkeypatch, on_colab, home=None, answers=None):
+    """exec the block with subprocess.run, os.chdir and os.rename recorded (nothing runs); returns the calls.
+    `home`: what /content/course is (None: absent, "dir": a folder, "clone": a git clone), `answers`: {a command's
+    first two words: (return code, stdout, stderr)} (default: success)."""
     calls = []
-    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(("run", cmd)))
+
+    def run(cmd, **kw):
+        calls.append(("run", list(cmd)))
+        code, out, err = (answers or {}).get(" ".join(cmd[:2]), (0, "", ""))
+        return subprocess.CompletedProcess(cmd, code, out, err)
+    monkeypatch.setattr(subprocess, "run", run)
     monkeypatch.setattr(os, "chdir", lambda path: calls.append(("chdir", path)))
-    monkeypatch.setattr(os.path, "isdir", lambda path: False)
+    monkeypatch.setattr(os, "rename", lambda a, b: calls.append(("rename", a, b)))
+    there = {None: (), "dir": (colab.HOME,), "clone": (colab.HOME, colab.HOME + "/.git")}[home]
+    monkeypatch.setattr(os.path, "isdir", lambda path: path in there and not any(c[0] == "rename" for c in calls))
+    monkeypatch.setattr(os.path, "exists", lambda path: path in there and not any(c[0] == "rename" for c in calls))
     monkeypatch.setattr(sys, "path", list(sys.path))
     if on_colab:
         monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
@@ -84,3 +94,41 @@ def test_on_colab_the_block_clones_installs_and_moves_into_the_clone(monkeypatch
     assert install[1][:4] == [sys.executable, "-m", "pip", "install"]
     assert install[1][5:] == colab.install_requirements()
     assert chdir == ("chdir", colab.HOME + "/notebooks/exercises")
+
+
+def test_a_clone_of_the_course_is_kept_and_anything_else_moved_aside_and_cloned_again(monkeypatch, capsys):
+    """Issue 47 item 17: a /content/course that was not a clone of the course was never re-cloned, so every re-run
+    failed in pip install -e."""
+    ask = ["git", "-C", colab.HOME, "remote", "get-url", "origin"]
+    for origin in (URL, URL + ".git"):
+        calls = run_block(monkeypatch, True, "clone", {"git -C": (0, origin + "\n", "")})
+        assert [c[1][:2] for c in calls if c[0] == "run"] == [ask[:2], [sys.executable, "-m"]], calls
+    for home, answers in (("dir", {"git -C": (128, "", "fatal: not a git repository")}),
+                          ("clone", {"git -C": (0, "https://github.com/someone/else\n", "")}),
+                          ("clone", {"git -C": (2, "", "error: No such remote 'origin'")})):
+        calls = run_block(monkeypatch, True, home, answers)
+        moved = [c for c in calls if c[0] == "rename"]
+        assert len(moved) == 1 and moved[0][1] == colab.HOME and moved[0][2].startswith(colab.HOME + "-old-"), calls
+        clone = ("run", ["git", "clone", "-q", "--depth", "1", URL, colab.HOME])
+        assert clone in calls and calls.index(moved[0]) < calls.index(clone), calls
+        assert f"{colab.HOME} was not a clone of {URL}: moved aside, cloning the course again" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("step, answer, says", [
+    ("git clone", (128, "", "Cloning into '/content/course'...\nfatal: unable to access "
+                            "'https://github.com/gpu-from-scratch/course/': Could not resolve host: github.com\n"),
+     "Colab setup: git clone failed: fatal: unable to access 'https://github.com/gpu-from-scratch/course/': Could "
+     "not resolve host: github.com"),
+    ("git clone", (128, "", "fatal: '/x' does not appear to be a git repository\nfatal: Could not read from remote "
+                            "repository.\n\nPlease make sure you have the correct access rights\nand the repository "
+                            "exists.\n"),
+     "Colab setup: git clone failed: fatal: '/x' does not appear to be a git repository"),
+    (f"{sys.executable} -m", (1, "", "ERROR: No matching distribution found for numba-cuda[cu12]==0.30.4\n"),
+     "Colab setup: pip install failed: ERROR: No matching distribution found for numba-cuda[cu12]==0.30.4"),
+    (f"{sys.executable} -m", (1, "", ""), "Colab setup: pip install failed: exit code 1"),
+], ids=["no network", "no repository", "pip", "pip without a word"])
+def test_a_failed_clone_or_install_stops_in_one_line(monkeypatch, step, answer, says):
+    """Issue 47 item 17: a failed clone was a CalledProcessError traceback."""
+    with pytest.raises(SystemExit) as e:
+        run_block(monkeypatch, True, answers={step: answer})
+    assert str(e.value) == says

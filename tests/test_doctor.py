@@ -16,9 +16,15 @@ PTX_ERROR = ("CudaAPIError: [222] Call to cuModuleLoadDataEx results in CUDA_ERR
 
 
 def fake(monkeypatch, found=GOOD, mode=(False, "the CUDA driver reports 1 device(s)", None), driver=(12, 4),
-         nvjitlink=(12, 9), kernel_error=None, props=T4, pci=False, colab=False):
-    """Make every probe of the doctor answer as given (defaults: Colab's T4 on driver 550 with nvJitLink 12.9)."""
+         nvjitlink=(12, 9), kernel_error=None, props=T4, pci=False, colab=False, origins=None, cpu=False):
+    """Make every probe of the doctor answer as given (defaults: Colab's T4 on driver 550 with nvJitLink 12.9, each
+    package imported from where it is installed)."""
+    site = "/venv/lib/python3.12/site-packages"
+    imported = {n: (found[n], f"{site}/{doctor.MODULES[n]}", None, f"{site}/{doctor.MODULES[n]}")
+                for n in versions.PACKAGES if found.get(n)}
     monkeypatch.setattr(doctor, "package_versions", lambda: dict(found))
+    monkeypatch.setattr(doctor, "imported_modules", lambda: {**imported, **(origins or {})})
+    monkeypatch.setattr(doctor, "executor", lambda: cpu)
     monkeypatch.setattr(doctor, "course_mode", lambda: mode)
     monkeypatch.setattr(device, "driver_cuda_version", lambda: driver)
     monkeypatch.setattr(doctor, "driver_release", lambda: "550.54.15")
@@ -104,6 +110,58 @@ def test_the_simulator_without_a_gpu_is_fine_but_a_gpu_without_a_driver_is_not(m
     assert code == 1 and "NVIDIA GPU is on the PCI bus but no CUDA driver" in line
 
 
+def test_without_a_gpu_the_device_line_names_what_runs_the_kernels(monkeypatch):
+    """Issue 47 item 1: the CPU executor was called the simulator, whose data the notebooks shrink."""
+    fake(monkeypatch, mode=(True, "no CUDA driver or device was found", None), cpu=True)
+    code, lines = run_doctor()
+    (line,) = [l for l in lines if "device:" in l]
+    assert code == 0 and "the CPU executor (no CUDA driver" in line and "simulator (" not in line
+    assert "shrink" not in line and "exercise checks in numba's CUDA simulator" in line
+    fake(monkeypatch, mode=(True, "COURSE_DEVICE=sim", None))
+    (line,) = [l for l in run_doctor()[1] if "device:" in l]
+    assert "numba's CUDA simulator (COURSE_DEVICE=sim)" in line and "CPU executor" not in line
+
+
+def test_a_shadowing_module_or_a_failed_import_is_the_problem_reported(monkeypatch):
+    """Issue 47 item 16: versions came from installed metadata: a shadowing numba was "ok numba 0.68.1", and a
+    numba_cuda failing at import a version mismatch whose fix was pip install."""
+    site = "/venv/lib/python3.12/site-packages"
+    fake(monkeypatch, origins={"numba": ("0.1.0", "/home/me/numba", None, f"{site}/numba")},
+         mode=(True, None, "No module named 'numba.core'"))
+    code, lines = run_doctor()
+    (line,) = problems(lines)
+    assert code == 1 and "Python imports numba from /home/me/numba (version 0.1.0), not the installed numba in " \
+        f"{site}/numba: rename or remove /home/me/numba" in line, lines
+    assert not any(l.startswith("ok") and "numba 0.68.1" in l for l in lines)
+    written_for = "course/device.py patches numba's CUDA simulator and was written for numba-cuda 0.30.4"
+    fake(monkeypatch, origins={"numba-cuda": (None, None, "ImportError: cannot import name 'x' from 'cuda'",
+                                              f"{site}/numba_cuda")}, mode=(True, None, written_for))
+    code, lines = run_doctor()
+    (line,) = problems(lines)
+    assert code == 1 and line.endswith("import numba_cuda fails (ImportError: cannot import name 'x' from 'cuda'): "
+                                       "pip install --force-reinstall -r requirements.txt, or remove what the "
+                                       "error names"), lines
+    assert not any("written for" in l or "numba-cuda 0.30.4" in l for l in lines)
+    fake(monkeypatch)
+    assert any(l == f"ok      numba 0.68.1 (tested numba>=0.61,<0.69) from {site}/numba" for l in run_doctor()[1])
+
+
+def test_python_m_course_doctor_with_a_shadowing_numba_and_a_broken_numba_cuda(tmp_path):
+    """The probes themselves (no fakes): what Python imports, from where, and an import's own error."""
+    (tmp_path / "shadow" / "numba").mkdir(parents=True)
+    (tmp_path / "shadow" / "numba" / "__init__.py").write_text('__version__ = "0.1.0"\n')
+    (tmp_path / "broken" / "numba_cuda").mkdir(parents=True)
+    (tmp_path / "broken" / "numba_cuda" / "__init__.py").write_text('raise ImportError("no cuda.bindings here")\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("COURSE_DEVICE", "NUMBA_ENABLE_CUDASIM")}
+    path = os.pathsep.join([str(tmp_path / "{}"), os.environ.get("PYTHONPATH", "")])
+    for folder, says in (("shadow", f"Python imports numba from {tmp_path / 'shadow' / 'numba'} (version 0.1.0)"),
+                         ("broken", "import numba_cuda fails (ImportError: no cuda.bindings here)")):
+        r = subprocess.run([sys.executable, "-m", "course", "doctor"], capture_output=True, text=True, timeout=120,
+                           env={**env, "COURSE_DEVICE": "sim", "PYTHONPATH": path.format(folder)})
+        (line,) = problems(r.stdout.splitlines())
+        assert r.returncode == 1 and says in line, r.stdout + r.stderr
+
+
 def test_colab_without_a_gpu_runtime_says_which_menu(monkeypatch):
     fake(monkeypatch, mode=(True, "no CUDA driver or device was found", None), colab=True)
     code, lines = run_doctor()
@@ -166,3 +224,22 @@ def test_python_m_course_doctor_here():
                        env={**env, "COURSE_DEVICE": "sim"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1] == "doctor: all well" and "COURSE_DEVICE=sim" in r.stdout
+
+
+@pytest.mark.skipif(not __import__("course").SIMULATOR, reason="the banner is printed without a GPU only")
+def test_the_banner_goes_to_stdout_in_a_notebook_and_to_stderr_elsewhere(monkeypatch, capsys):
+    """Issue 47 item 1: JupyterLab painted the banner red (stderr); a script's stdout stays its own."""
+    import IPython
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import course
+
+    class ZMQInteractiveShell(InteractiveShell):  # ipykernel's, by name
+        pass
+    course.banner()
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(("course: CPU executor", "course: CUDA simulator")) and err.count("\n") == 1
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object.__new__(ZMQInteractiveShell))
+    course.banner()
+    out, err = capsys.readouterr()
+    assert err == "" and out.startswith(("course: CPU executor", "course: CUDA simulator")) and out.count("\n") == 1

@@ -165,7 +165,18 @@ IMPORT_TIME = {  # appended to the saved file, hash rewritten: refused before it
     "loop": ("while True:\n    pass\n", "line {n} is not what course.mine saves (a While)"),
     "attribute set": ("import os\nos.environ = 1\n", "line {n1} is not what course.mine saves (a Assign)"),
     "call assigned": ("import os\nX = os.system('true')\n", "line {n1} is not what course.mine saves (a Assign)"),
-    "decorator that exits": ("import sys\n@sys.exit\ndef f():\n    pass\n", "SystemExit: <function f"),
+    "decorator that exits": ("import sys\n@sys.exit\ndef f():\n    pass\n",
+                             "line {n2} (f): its decorator `sys.exit` is not numba's jit with constant arguments"),
+    # issue 47 item 14: a def's defaults, annotations and decorators ran at use_mine() (a hang, say)
+    "default that sleeps": ("import time\ndef f(x=time.sleep(0)):\n    pass\n",
+                            "line {n1} (f): `time.sleep(0)` (a default value or an annotation) is not a name"),
+    "keyword default": ("def f(*, x=print('pwned')):\n    pass\n", "line {n} (f): `print('pwned')` (a default"),
+    "annotation": ("def f(x: input()):\n    pass\n", "line {n} (f): `input()` (a default value or an annotation)"),
+    "return annotation": ("def f() -> exit():\n    pass\n", "line {n} (f): `exit()` (a default value"),
+    "jit with a call": ("from numba import cuda\nimport time\n@cuda.jit(device=time.sleep(0))\ndef f():\n    pass\n",
+                        "line {n3} (f): its decorator `cuda.jit(device=time.sleep(0))` is not numba's jit"),
+    "jit by another name": ("from time import sleep as jit\n@jit(0)\ndef f():\n    pass\n",
+                            "line {n2} (f): its decorator `jit(0)` is not numba's jit"),
 }
 
 
@@ -174,7 +185,7 @@ def test_code_run_at_import_is_the_course_s_with_the_reason(case, saved, capsys)
     text = (saved / "ex_1_2.py").read_text()
     extra, reason = IMPORT_TIME[case]
     n = text.count("\n") + 1
-    reason = reason.format(n=n, n1=n + 1)
+    reason = reason.format(n=n, n1=n + 1, n2=n + 2, n3=n + 3)
     _rewrite(saved, "1.2", text + extra)
     why = whose("1.2")  # returns: no exit, no hang
     assert why.startswith("cannot load: ") and reason in why, why
@@ -205,6 +216,63 @@ def test_a_malformed_record_is_one_line_then_the_course_s_kernel(case, saved, ca
     row = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith("1.2"))
     assert "course's: cannot read ex_1_2.json" in row
     mine._after_cell(types.SimpleNamespace(info=types.SimpleNamespace(raw_cell=SCALE_CELL), error_in_exec=None))
+
+
+def test_plain_defaults_and_numba_s_jit_still_load(saved):
+    """What the course's solutions hold: @cuda.jit, @cuda.jit(device=True), names, constants, math.inf."""
+    text = (saved / "ex_1_2.py").read_text()
+    _rewrite(saved, "1.2", text + "import math\nfrom numba import cuda as cu\nK = 3\n\n\n@cu.jit(device=True, "
+                                  "inline=True)\ndef g(x, k=K, lo=-1.5, hi=math.inf, mode='sgd', shape=(1, 2), n: int = 0):"
+                                  "\n    return x\n")
+    assert whose("1.2") == "yours"
+
+
+def test_a_solution_whose_def_would_run_code_is_not_saved(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    cell = SCALE_CELL.replace("def scale_kernel(x, out):", "def scale_kernel(x, out, k=np.float32(255)):")
+    passed_scale(cell)
+    out = capsys.readouterr().out
+    assert "(not saved for course.use_mine(): ex_1_2.py line" in out and "`np.float32(255)`" in out, out
+    assert not (tmp_path / "mine" / "ex_1_2.py").exists()
+
+
+def test_a_planted_link_is_never_written_through(tmp_path, monkeypatch, capsys):
+    """Issue 47 item 14: the temporary file's name was predictable (ex_1_2.py.PID.tmp): a link planted there made a
+    passing check overwrite the file it named. Now the name is new each time and a link at the target is refused."""
+    d = tmp_path / "mine"
+    d.mkdir()
+    monkeypatch.setenv("COURSE_MINE_DIR", str(d))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    for name in ("ex_1_2.py", "ex_1_2.json", "__init__.py"):
+        os.symlink(victim, d / f"{name}.{os.getpid()}.tmp")  # the old temporary names
+    passed_scale()
+    assert victim.read_text() == "precious\n" and whose("1.2") == "yours"
+    for name in ("ex_1_2.py", "ex_1_2.json"):
+        (d / name).unlink()
+    os.symlink(victim, d / "ex_1_2.py")  # the target itself a link
+    capsys.readouterr()
+    passed_scale()
+    out = capsys.readouterr().out
+    assert victim.read_text() == "precious\n" and (d / "ex_1_2.py").is_symlink()
+    assert "(not saved for course.use_mine(): cannot write to" in out and "ex_1_2.py is a symbolic link" in out, out
+    assert not [p for p in d.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()]
+
+
+def test_a_sibling_notebook_whose_cell_source_is_not_text_is_skipped_with_a_note(saved, capsys):
+    """Issue 47 item 14: a cell `source` that is a number made use_mine() and train --mine fail with a TypeError."""
+    rec = json.loads((saved / "ex_1_2.json").read_text())
+    nb = saved.parent / "01_data.ipynb"
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": 5},
+                                        {"cell_type": "code", "source": ["x", 1]},
+                                        {"cell_type": "code", "source": SCALE_CELL}]}))
+    os.utime(nb, (rec["time"] + 5, rec["time"] + 5))
+    capsys.readouterr()
+    st = mine.use_mine(["1.2"])
+    out = capsys.readouterr().out.splitlines()
+    assert st["1.2"][1] == "yours"
+    assert "course.mine: 01_data.ipynb cell 0: its source is a int, not text: skipped when looking for edits" in out
+    assert "course.mine: 01_data.ipynb cell 1: its source is a list, not text: skipped when looking for edits" in out
 
 
 def test_cyclic_dependencies_and_a_sibling_notebook_that_is_not_one(saved):

@@ -78,6 +78,17 @@ def positive_float(text):
     return x
 
 
+def fraction(text):
+    """argparse type: a finite number from 0 to 1 (a test accuracy)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= x <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a test accuracy from 0 to 1, got {text}")
+    return x
+
+
 def directory(text):
     """argparse type: an existing directory."""
     path = Path(text)

@@ -6,11 +6,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from course.tools.cli import (CommandError, bounded_int, device_ready, directory, natural_int, output_file,
-                              positive_float, positive_int)
+                              positive_float)
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")  # where Debian's dataset-fashion-mnist puts it
 MAX_HIDDEN = 65536   # 784 x 65,536 float32 weights are 205 MB (x4 with Adam's state and the gradient)
 MAX_BATCH = 65536
+MAX_EPOCHS = 10000   # more is a typo (1e20), not a run anyone waits for: --epochs above it exits 2
 QUICK_TRAIN, QUICK_TEST = 16384, 2000  # --quick: the first images of each set
 
 
@@ -21,7 +22,7 @@ def add_parser(sub):
                    help="which dataset the files must be (default: mnist, or whatever --data-dir holds)")
     p.add_argument("--data-dir", type=directory, default=None,
                    help="directory with the four IDX files (default: the bundled MNIST, or Debian's Fashion-MNIST)")
-    p.add_argument("--epochs", type=positive_int, default=10)
+    p.add_argument("--epochs", type=bounded_int(MAX_EPOCHS), default=10)
     p.add_argument("--hidden", type=bounded_int(MAX_HIDDEN), default=128, help="hidden units")
     p.add_argument("--batch-size", type=bounded_int(MAX_BATCH), default=64)
     p.add_argument("--lr", type=positive_float, default=None,

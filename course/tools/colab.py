@@ -62,17 +62,37 @@ def install_requirements(requirements=None):
 
 
 def cell_block():
-    """The lines the first code cell starts with: nothing happens outside Colab."""
+    """The lines the first code cell starts with: nothing happens outside Colab. On Colab: a /content/course that is
+    not a clone of the repository is moved aside (kept) and the course cloned again; a clone or an install that
+    fails stops the cell with its last line of error, not a traceback."""
     args = ", ".join("HOME" if a == HOME else f'"{a}"' for a in install_requirements())
     return "\n".join([
         f"{CELL_MARK} (elsewhere nothing happens): fetch the course, install what it needs, work in its folder",
         "import sys",
         'if "google.colab" in sys.modules:',
-        "    import os, subprocess",
+        "    import os, subprocess, time",
         f'    REPO, HOME = "{repository()}", "{HOME}"',
+        "",
+        "    def setup(what, *cmd):",
+        '        """Run a setup command; if it fails, stop with its first line of error (no traceback)."""',
+        "        r = subprocess.run(cmd, capture_output=True, text=True)",
+        "        if r.returncode:",
+        '            lines = (r.stderr.strip() or r.stdout.strip() or f"exit code {r.returncode}").splitlines()',
+        '            why = next((s for s in lines if s.startswith(("fatal:", "ERROR:", "error:"))), lines[-1])',
+        '            raise SystemExit(f"Colab setup: {what} failed: {why}")',
+        "        return r.stdout.strip()",
+        "",
+        "    def origin():",
+        '        """The address HOME was cloned from, or None."""',
+        '        r = subprocess.run(["git", "-C", HOME, "remote", "get-url", "origin"], capture_output=True, text=True)',
+        '        url = r.stdout.strip().removesuffix(".git")',
+        '        return url if os.path.isdir(HOME + "/.git") and not r.returncode else None',
+        "    if os.path.exists(HOME) and origin() != REPO:  # not a clone of the course: kept, out of the way",
+        '        os.rename(HOME, f"{HOME}-old-{time.strftime(\'%Y%m%d-%H%M%S\')}")',
+        '        print(f"{HOME} was not a clone of {REPO}: moved aside, cloning the course again")',
         "    if not os.path.isdir(HOME):",
-        '        subprocess.run(["git", "clone", "-q", "--depth", "1", REPO, HOME], check=True)',
-        f'    subprocess.run([sys.executable, "-m", "pip", "install", "-q", {args}], check=True)',
+        '        setup("git clone", "git", "clone", "-q", "--depth", "1", REPO, HOME)',
+        f'    setup("pip install", sys.executable, "-m", "pip", "install", "-q", {args})',
         "    sys.path.insert(0, HOME)",
         '    os.chdir(HOME + "/notebooks/exercises")',
     ])

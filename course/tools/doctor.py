@@ -5,6 +5,7 @@ Checks, in order: Python and the numba, numba-cuda, numpy and llvmlite versions 
 compute capability, SMs and shared memory, nvJitLink, and whether the driver takes what numba-cuda builds (a tiny
 kernel compiled, loaded and run: CUDA_ERROR_UNSUPPORTED_PTX_VERSION caught). Exit code 0 when all is well, else 1.
 Every probe is a small function of this module, so the tests fake versions, drivers and GPUs with monkeypatch."""
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -29,10 +30,57 @@ def package_versions():
     return {"python": "%d.%d.%d" % sys.version_info[:3], **found}
 
 
+MODULES = {"numba": "numba", "numba-cuda": "numba_cuda", "numpy": "numpy", "llvmlite": "llvmlite"}  # what imports
+
+
+def imported_modules():
+    """{distribution: (the imported module's __version__, its folder, the import's error, the installed
+    distribution's folder for it)}: what Python imports, which a file or folder of that name can shadow."""
+    return {name: module_origin(name) for name in versions.PACKAGES}
+
+
+def module_origin(name):
+    """(version, folder, error, installed folder) of one distribution's module, as imported here."""
+    module = MODULES[name]
+    try:
+        installed = Path(importlib.metadata.distribution(name).locate_file(module)).resolve()
+        installed = str(installed) if installed.exists() else None  # an editable install's code is elsewhere
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    try:
+        m = sys.modules.get(module) or importlib.import_module(module)
+    except Exception as e:  # an ImportError, or whatever a broken package raises at import
+        first = (str(e).strip().splitlines() or [""])[0]
+        return None, None, f"{type(e).__name__}: {first}"[:200], installed
+    where = getattr(m, "__file__", None) or next(iter(getattr(m, "__path__", [])), None)  # a folder without __init__
+    folder = None if where is None else Path(where).resolve()
+    folder = str(folder.parent if folder.name == "__init__.py" else folder) if folder else None
+    return getattr(m, "__version__", None), folder, None, installed
+
+
+def module_line(name, origin):
+    """A problem line when Python cannot import the distribution's module or imports another one, else None."""
+    version, folder, error, installed = origin
+    module = MODULES[name]
+    if error:
+        return PROBLEM, (f"import {module} fails ({error}): pip install --force-reinstall -r requirements.txt, or "
+                         f"remove what the error names")
+    if installed and folder != installed:
+        return PROBLEM, (f"Python imports {module} from {folder} (version {version or 'unknown'}), not the installed "
+                         f"{name} in {installed}: rename or remove {folder}")
+    return None
+
+
 def course_mode():
     """(simulator: True/False/None, why, error) as `import course` decided it."""
     import course
     return course.SIMULATOR, course.WHY, getattr(course, "DEVICE_ERROR", None)
+
+
+def executor():
+    """True when launches run on the CPU executor (course/cpu.py), as `import course` decided."""
+    import course
+    return bool(getattr(course, "CPU", False))
 
 
 def on_colab():
@@ -114,14 +162,33 @@ def tiny_kernel_error():
 
 # --- the diagnosis: (level, line) pairs from what the probes found -------------------------------------------
 
-def version_lines(found, newest_python=None):
-    """The Python and package lines: each in range, or a problem with its fix."""
+def version_lines(found, newest_python=None, origins=None):
+    """The Python and package lines: each in range, or a problem with its fix. With `origins`
+    (imported_modules()): a module that fails to import, or is not the installed one, is that problem instead, and
+    each ok line names the imported module's version and folder."""
     py = tuple(int(x) for x in found["python"].split(".")[:2])
     problem = versions.python_problem(py, newest_python)
     yield (PROBLEM, problem) if problem else (OK, f"Python {found['python']} (tested {tested_pythons()})")
-    for name in versions.RANGES:
-        yield package_line(name, found.get(name))
-    nc = found.get("numba-cuda")
+    origins = origins or {}
+    for name in (*versions.RANGES, "numba-cuda", "llvmlite"):
+        line = module_line(name, origins[name]) if found.get(name) and name in origins else None
+        if line:
+            yield line
+            continue
+        version, where = origins.get(name, (None, None))[:2]
+        version = version or found.get(name)  # the imported module's own __version__ where it has one
+        level, text = package_line(name, version) if name in versions.RANGES else \
+            next(other_package_lines(name, version))
+        yield level, text + (f" from {where}" if level == OK and where else "")
+
+
+def other_package_lines(name, version):
+    """numba-cuda's or llvmlite's line."""
+    if name == "llvmlite":
+        yield (OK, f"llvmlite {version}") if version else \
+            (PROBLEM, "llvmlite is not installed (numba needs it): pip install -r requirements.txt")
+        return
+    nc = version
     if nc is None:
         yield PROBLEM, 'numba-cuda is not installed: pip install -r requirements.txt'
     elif nc not in device.WRITTEN_FOR["numba-cuda"]:
@@ -129,8 +196,6 @@ def version_lines(found, newest_python=None):
                         f"({' or '.join(device.WRITTEN_FOR['numba-cuda'])}): pip install -r requirements.txt")
     else:
         yield OK, f"numba-cuda {nc}" + (" (simulator only: the macOS build)" if nc in device.SIMULATOR_ONLY else "")
-    yield (OK, f"llvmlite {found['llvmlite']}") if found.get("llvmlite") else \
-        (PROBLEM, "llvmlite is not installed (numba needs it): pip install -r requirements.txt")
 
 
 def tested_pythons():
@@ -147,9 +212,14 @@ def package_line(name, version):
     return (PROBLEM, problem) if problem else (OK, f"{name} {version} (tested {versions.requirement(name)})")
 
 
-def simulator_lines(why, gpu_on_pci, colab):
-    """Why the simulator runs the kernels, and a problem when an NVIDIA GPU is there but no driver is."""
-    yield OK, f"device: numba's CUDA simulator ({why}): kernels run as Python, notebooks shrink their data"
+def simulator_lines(why, gpu_on_pci, colab, cpu=False):
+    """What runs the kernels without a GPU (the CPU executor, or numba's CUDA simulator) and why, and a problem when
+    an NVIDIA GPU is there but no driver is."""
+    if cpu:
+        yield OK, (f"device: the CPU executor ({why}): kernels compiled for the CPU by numba, the exercise checks in "
+                   "numba's CUDA simulator")
+    else:
+        yield OK, f"device: numba's CUDA simulator ({why}): kernels run as Python, notebooks shrink their data"
     if why.startswith("no CUDA driver") and gpu_on_pci:
         yield PROBLEM, f"an NVIDIA GPU is on the PCI bus but no CUDA driver answers: {DRIVER_FIX}"
     elif why.startswith("no CUDA driver") and colab:
@@ -206,13 +276,17 @@ def ptx_lines(cuda_version, nvvm, nvjitlink, kernel_error):
 def diagnose():
     """Every (level, line) for this machine, from the probes above."""
     found = package_versions()
-    yield from version_lines(found)
+    lines = list(version_lines(found, origins=imported_modules()))
+    yield from lines
     simulator, why, error = course_mode()
+    if error and any(level == PROBLEM and text.startswith(("import ", "Python imports ")) for level, text in lines):
+        yield NOTE, "import course stops there too (the problem above is why)"
+        return
     if error:
         yield PROBLEM, f"import course: {error}"
         return
     if simulator:
-        yield from simulator_lines(why, nvidia_gpu_on_pci(), on_colab())
+        yield from simulator_lines(why, nvidia_gpu_on_pci(), on_colab(), executor())
         return
     cuda_version = device.driver_cuda_version()
     yield from driver_lines(cuda_version, driver_release())
@@ -247,7 +321,7 @@ def version_summary():
     """course.info()'s second line: the versions (and on a GPU the driver's CUDA) in one line, or the first problem
     with them and its fix. Quick: no kernel is compiled (`python -m course doctor` does that)."""
     found = package_versions()
-    lines = list(version_lines(found))
+    lines = list(version_lines(found, origins=imported_modules()))
     simulator, _, _ = course_mode()
     cuda_version = None if simulator else device.driver_cuda_version()
     if simulator is False:

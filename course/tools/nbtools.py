@@ -5,9 +5,12 @@ import hashlib
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # course/tools/nbtools.py -> the repository
@@ -121,6 +124,7 @@ def export(check=False):
     """Regenerate course/<module>.py from every notebook and stamp nbgrader metadata into the notebooks; return the
     files that changed (or would)."""
     stale, sources = [], module_sources()
+    stamped = nbgrader_stamped()  # every notebook validated (two cells of one exercise, ...) before a file is written
     for module, (owners, chunks) in sources.items():
         names = " and ".join(f"notebooks/{name}" for name in owners)
         text = HEADER.format(nb=names) + "\n" + "\n\n\n".join(chunks) + "\n"
@@ -130,7 +134,7 @@ def export(check=False):
             stale.append(path.relative_to(ROOT))
             if not check:
                 path.unlink()
-    return stale + stamp_nbgrader(check)
+    return stale + stamp_nbgrader(check, stamped)
 
 
 def grade_id(label):
@@ -170,10 +174,11 @@ def nbgrader_cells(nb, name):
     return marks
 
 
-def stamp_nbgrader(check=False):
-    """Write nbgrader's cell metadata into notebooks/NN_*.ipynb (metadata only: sources and outputs are kept);
-    return the notebooks that changed (or would)."""
-    stale = []
+def nbgrader_stamped():
+    """[(path, its text, its text with nbgrader's cell metadata)] of every notebooks/NN_*.ipynb (metadata only:
+    sources and outputs are kept); ValueError, before anything is written, when a notebook's exercises are not
+    well formed."""
+    stamped = []
     for path in solution_notebooks():
         text = path.read_text(encoding="utf-8")
         nb = json.loads(text)
@@ -183,10 +188,19 @@ def stamp_nbgrader(check=False):
             if i in marks:
                 cell["metadata"]["nbgrader"] = marks[i]
             collapse_reference(cell, f"{path.name} cell {cell.get('id', i)}")
-        if dumps(nb) != text:
+        stamped.append((path, text, dumps(nb)))
+    return stamped
+
+
+def stamp_nbgrader(check=False, stamped=None):
+    """Write nbgrader's cell metadata into notebooks/NN_*.ipynb (nbgrader_stamped(), or `stamped` as it returned);
+    return the notebooks that changed (or would)."""
+    stale = []
+    for path, text, new in nbgrader_stamped() if stamped is None else stamped:
+        if new != text:
             stale.append(path.relative_to(ROOT))
             if not check:
-                path.write_text(dumps(nb), encoding="utf-8")
+                path.write_text(new, encoding="utf-8")
     return stale
 
 
@@ -564,8 +578,15 @@ def execute(path, timeout=1200):
                             resources={"metadata": {"path": str(path.parent)}}, on_cell_start=on_cell_start)
     log = tempfile.NamedTemporaryFile(prefix="course-kernel-", suffix=".log", delete=False)
     try:
-        with log:  # the kernel's own stderr (its shutdown after a timeout prints a ZMQ traceback): to a file
-            client.execute(stderr=log)
+        with log, ctrl_c() as pressed:  # the kernel's own stderr (its shutdown after a timeout prints a ZMQ traceback)
+            try:
+                client.execute(stderr=log)
+            except BaseException:
+                if interrupted(client, pressed):  # whatever nbclient made of it (a dead kernel, its own error)
+                    raise KeyboardInterrupt from None
+                raise
+            if interrupted(client, pressed):
+                raise KeyboardInterrupt
     except (CellExecutionError, CellControlSignal, DeadKernelError, TimeoutError, RuntimeError) as e:
         what = f"timed out after {timeout} s" if isinstance(e, TimeoutError) else f"failed: {error_text(e)}"
         cell = current.get("cell")
@@ -586,6 +607,31 @@ def execute(path, timeout=1200):
     return save_executed(path, dumps(json.loads(nbformat.writes(nb))), time.perf_counter() - t0)
 
 
+@contextmanager
+def ctrl_c():
+    """A list that gets an entry when Ctrl-C (SIGINT) comes while the block runs, which it also stops at once
+    (KeyboardInterrupt): `execute` then stops every notebook, whatever nbclient reported. Main thread only."""
+    pressed = []
+    if threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+
+    def handler(signum, frame):
+        pressed.append(signum)
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def interrupted(client, pressed):
+    """True when Ctrl-C came during client.execute(): seen by ctrl_c(), or by nbclient's own SIGINT handler, which
+    (while the kernel runs) only shuts the kernel down, so that a cell then fails as if the kernel had died."""
+    return bool(pressed) or getattr(client, "_async_cleanup_kernel_future", None) is not None  # set by that handler
+
+
 def error_text(e):
     """`Name: message` of a cell's error (nbclient's ename/evalue), `Name` alone when the message is empty."""
     name, message = getattr(e, "ename", type(e).__name__), str(getattr(e, "evalue", e)).strip()
@@ -593,12 +639,18 @@ def error_text(e):
 
 
 def save_executed(path, text, seconds):
-    """Replace the notebook by its executed version atomically; if that fails (a read-only folder, a full disk),
-    keep the run in the temp directory and say where in one line. True if the notebook was saved."""
-    tmp = path.with_name(f".{path.name}.part")
+    """Replace the notebook by its executed version atomically (through a link, the file it names; its mode kept);
+    if that fails (a read-only folder, a full disk), keep the run in the temp directory and say where in one line.
+    True if the notebook was saved."""
+    target = Path(os.path.realpath(path))  # a symlinked notebook stays a link: the file it names gets the outputs
+    tmp = None
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)  # atomic: never half a notebook
+        mode = target.stat().st_mode & 0o7777
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)  # atomic: never half a notebook
     except OSError as e:
         rescue = _rescue(path, text)
         where = f"the executed notebook is in {rescue}" if rescue else "the run's outputs are lost"
@@ -606,8 +658,8 @@ def save_executed(path, text, seconds):
               "was left unchanged", file=sys.stderr)
         return False
     finally:
-        if tmp.is_file():  # what a failed write left
-            tmp.unlink()
+        if tmp and os.path.isfile(tmp):  # what a failed write left
+            os.unlink(tmp)
     print(f"{path}: ok in {seconds:.0f} s")
     return True
 

@@ -369,6 +369,20 @@ def load_data(quick):
     return data, cfg
 
 
+MAX_SEEDS = 100         # --seeds at most: each final row runs every seed to the target
+SAVED = "notebooks/results/race-h200.json"  # an H200's race, what notebook 14 reads
+
+
+def needs_gpu(args):
+    """Why this race cannot run here (one line), or None: without a GPU only --quick runs (the full sweep in the
+    simulator or on the CPU executor would take hours and time nothing a GPU does)."""
+    import course
+    if course.SIMULATOR and not args.quick:
+        return (f"the race times GPU kernels and needs a GPU (none here: {course.WHY}); {SAVED} holds an H200's "
+                "race, and --quick checks the pipeline here")
+    return None
+
+
 def run(args, error):
     import course
     from pathlib import Path

@@ -6,7 +6,6 @@ the median of the epochs after a warm-up one; and the compute floor: an epoch's 
 (course.perf.epoch_cost, notebook 08 section 3: the forward pass, dW1, dW2 and dH, the update) at the TFLOP/s cuBLAS
 reaches on a large matmul (bench-h200.json's "matmul"), which no batch size can beat.
 """
-import argparse
 import json
 import sys
 import time
@@ -53,16 +52,27 @@ def measure(data, cfg, init, batch, impls):
     return out
 
 
+def parser():
+    """The options, each checked before any work (errors are one line, exit code 2)."""
+    from course.tools.cli import OneLineParser, output_file
+    p = OneLineParser(prog="python -m course.tools.scaling", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline (works without a GPU, "
+                   "its times labelled as not a GPU's)")
+    p.add_argument("--out", type=output_file, default=None, help="write the results as JSON to this file")
+    return p
+
+
 def main(argv=None):
     import course
     from course.device import describe
+    from course.timing import label
     from course.tools import bench
     from course.tools.cli import write_json
     from course.train import init_params
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline (works in the simulator)")
-    p.add_argument("--out", default=None, help="write the results as JSON to this file")
-    args = p.parse_args(argv)
+    args = parser().parse_args(argv)
+    if course.SIMULATOR and not args.quick:
+        parser().error(f"the sweep times GPU kernels and needs a GPU (none here: {course.WHY}); "
+                       "notebooks/results/scaling-h200.json holds an H200's, and --quick checks the pipeline here")
     cfg = bench.config(args.quick, course.SIMULATOR)
     data = bench.load(cfg)
     init = init_params(cfg["hidden"], bench.SEED, n_in=data[0].shape[1]).to_host()
@@ -73,7 +83,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         for impl, s in measure(data, cfg, init, b, impls).items():
             rows.append(dict(impl=impl, batch_size=b, epoch_s=s))
-            print(f"batch {b:5d} {impl:20s} " + ("-" if s is None else f"{s * 1e3:9.2f} ms"), flush=True)
+            print(f"batch {b:5d} {impl:20s} " + ("-" if s is None else label(f"{s * 1e3:9.2f} ms")), flush=True)
         print(f"  batch {b}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     n = len(data[0])                          # images per epoch
     tflops = cublas_tflops()
@@ -82,8 +92,9 @@ def main(argv=None):
                   flops_per_epoch=flops_per_epoch(n, data[0].shape[1], cfg["hidden"]), cublas_tflops=tflops,
                   floor_s=floor, rows=rows)
     if floor is not None:
-        print(f"compute floor: {result['flops_per_epoch'] / 1e9:.1f} GFLOP at cuBLAS's {tflops:.1f} TFLOP/s = "
-              f"{floor * 1e3:.2f} ms per epoch")
+        off_gpu = ": an H200's floor, not comparable with the times above" if course.SIMULATOR else ""
+        print(f"compute floor: {result['flops_per_epoch'] / 1e9:.1f} GFLOP at cuBLAS's {tflops:.1f} TFLOP/s on an "
+              f"H200 ({BENCH_JSON.name}) = {floor * 1e3:.2f} ms per epoch{off_gpu}")
     return 1 if (args.out and write_json(Path(args.out), result)) else 0
 
 
