@@ -115,3 +115,10 @@ def test_clock_report_is_the_two_rules():
 def test_clock_checks_use_raw_globaltimer_values(check, fn):
     with pytest.raises(CheckFailure, match="Exercise 13"):
         check(fn)
+
+
+def test_clock_checks_want_the_float_the_spec_names():
+    with pytest.raises(CheckFailure, match="expected a float"):
+        checks.check_part_us(mutant(part_us, "float(np.median(slowest)) / 1e3", "np.float32(np.median(slowest) / 1e3)"))
+    with pytest.raises(CheckFailure, match="expected a float"):
+        checks.check_barrier_us(mutant(barrier_us, "float(np.median(crossing)) / 1e3", "int(np.median(crossing)) // 1000"))

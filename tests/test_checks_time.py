@@ -43,7 +43,7 @@ def test_a_different_correct_kernel_passes():
 # --- Exercise 8.1: planted wrong counts (one line of the solution changed) -------------------------------------
 
 def test_epoch_cost_check_rejects_floats():
-    with pytest.raises(CheckFailure, match="two integers"):
+    with pytest.raises(CheckFailure, match="two Python integers"):
         checks.check_epoch_cost(lambda *a: tuple(float(v) for v in epoch_cost(*a)))
 
 
