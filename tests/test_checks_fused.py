@@ -293,3 +293,16 @@ def test_class_sums_with_31_shuffles_are_refused():
     wrong = mutant(warp_class_sums, "def warp_class_sums(", "def warp_class_sums(", scope={"halve": halve_all_reduce})
     with pytest.raises(CheckFailure, match="Exercise 12.2"):
         checks.check_warp_class_sums(wrong)
+
+
+@pytest.mark.parametrize("check, fn", [
+    pytest.param(checks.check_warp_sum, mutant(warp_sum, "v += shfl_xor(scr, v, m)",
+                                                "v += shfl_xor(scr, v, m) + 0 * shfl_xor(scr, v, m)"), id="11.2 ten"),
+    pytest.param(checks.check_halve, mutant(halve, "acc[k] = keep + shfl_xor(scr, send, mask)",
+                                            "acc[k] = keep + shfl_xor(scr, send, mask) + 0 * shfl_xor(scr, keep, mask)"),
+                 id="12.1 both halves sent"),
+])
+def test_shuffle_counts_are_the_specs(check, fn):
+    """Right sums with more shuffles than the spec says (11.2: five; 12.1: one per kept class) are refused."""
+    with pytest.raises(CheckFailure, match="calls of shfl_xor, where the spec says"):
+        check(fn)
