@@ -144,18 +144,18 @@ def _filter_normalize_ref(d, theta, layout, ignore_bias):
       2-D W (in, out): dW = d[o:o+n].reshape(shape); tW = theta[o:o+n].reshape(shape)
           out[o:o+n] = (dW * (norm(tW, axis=0) / (norm(dW, axis=0) + 1e-10))).ravel()""")
 def check_filter_normalize(filter_normalize, seed=0):
-    """Exercise 7.3. Domain: layouts padded as FlatParams pads them (aligned to 8, 16 and 64 floats, and the course's
-    own 784-128-10 FlatParams), one packed back to back (no padding), non-square matrices whose columns have very
-    different norms, an all-zero column of d (the epsilon keeps it 0, not NaN); inputs whose padding holds non-zero
-    numbers (the result's padding must still be 0: nothing copied from d or theta); both settings of ignore_bias;
-    d and theta left alone; a float32 result; several calls in one process."""
+    """Exercise 7.3. Domain: layouts padded as FlatParams pads them (aligned to 8, 16 and 64 floats, and
+    FlatParams' own, of a 49-20-10 MLP), one packed back to back (no padding), non-square matrices whose columns
+    have very different norms, an all-zero column of d (the epsilon keeps it 0, not NaN); inputs whose padding
+    holds non-zero numbers (the result's padding must still be 0: nothing copied from d or theta); both settings
+    of ignore_bias; d and theta left alone; a float32 result; several calls in one process."""
     ex = "Exercise 7.3"
     hint = ("look at which axis holds a filter (a COLUMN of W (in, out): the weights feeding one neuron), at the "
             "biases (zero or theta's, by ignore_bias), at the padding between tensors (stays 0), at the dtype "
             "(float32, like d) and at d itself (not modified)")
     from course.update import FlatParams
     rng = np.random.default_rng(seed)
-    mlp = {"W1": (784, 128), "b1": (128,), "W2": (128, 10), "b2": (10,)}     # the course's own, FlatParams' ALIGN
+    mlp = {"W1": (49, 20), "b1": (20,), "W2": (20, 10), "b2": (10,)}         # a pooled MNIST MLP, by FlatParams
     for shapes, align, ignore_bias in (({"W1": (13, 7), "b1": (7,), "W2": (7, 3), "b2": (3,)}, 8, True),
                                        ({"W1": (5, 11), "b1": (11,), "W2": (11, 4), "b2": (4,)}, 16, False),
                                        ({"W1": (course.pick(784, 49), 9), "b1": (9,), "W2": (9, 10), "b2": (10,)},
@@ -197,7 +197,8 @@ def check_filter_normalize(filter_normalize, seed=0):
                 continue
             if np.isnan(g).any():
                 j = int(np.argwhere(np.isnan(g))[0][-1])
-                zero = " (d's column is all zeros there: 0 / 0 without the + 1e-10)" if not dd_any(d, o, shape, j) else ""
+                zero = ("" if dd_any(d, o, shape, j) else
+                        " (d's column is all zeros there: 0 / 0 without the + 1e-10)")
                 fail(ex, case, f"column {j} of {name} is NaN{zero}", hint)
             if len(shape) == 1:
                 should = "all zeros (ignore_bias=True)" if ignore_bias else "a copy of theta's (ignore_bias=False)"
@@ -224,7 +225,7 @@ def check_filter_normalize(filter_normalize, seed=0):
         if pad.any() and np.any(got[pad] != 0):
             fail(ex, case, f"the padding between tensors (e.g. index {int(np.argmax(pad & (got != 0)))}) must stay 0",
                  hint)
-    return ("5 random layouts (padded, packed, the course's own; columns of different norms, an all-zero column; "
+    return ("5 random layouts (padded, packed, FlatParams'; columns of different norms, an all-zero column; "
             "biases zeroed and kept)")
 
 
