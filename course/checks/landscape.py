@@ -59,8 +59,10 @@ def _project_ref(S, theta_n, d1, d2):
   G = D.T @ D                                           # (2, 2) Gram matrix
   return np.linalg.solve(G, (R @ D).T).T                # (n, 2): column 0 is a, column 1 is b""")
 def check_project_to_plane(project_to_plane, seed=0):
-    """Exercise 7.2: the coordinates (a_i, b_i) of each snapshot's closest point in theta_n + a d1 + b d2,
-    with directions that are neither unit length nor orthogonal, and theta_n far from the origin."""
+    """Exercise 7.2. Domain: the coordinates (a_i, b_i) of each snapshot's closest point in theta_n + a d1 + b d2,
+    for 1 to 40 snapshots of 9 to 301 parameters, directions that are neither unit length nor orthogonal (and
+    nearly orthogonal ones), lengths from 0.2 to 5 times each other, theta_n far from the origin, a snapshot equal
+    to theta_n (coordinates 0); inputs left unchanged; a float64 (n, 2) array, as the spec says."""
     ex = "Exercise 7.2"
     hint = ("look at the centring (the plane passes through theta_n), at the 2x2 normal equations (directions "
             "that are neither unit length nor orthogonal need the whole Gram matrix), at which column is a "

@@ -81,8 +81,10 @@ def _compare_cost(ex, case, got, want):
   for i in range(cuda.threadIdx.x, idx.shape[0], cuda.blockDim.x):   # one block: stride by the block
       idx[i] = perm[base + i]""")
 def check_batch_index(kernel, seed=0):
-    """Exercise 8.2: idx = perm[counter[0] * B : (counter[0] + 1) * B] from ONE block, for batches smaller and larger
-    than the block and the first, a middle and the last batch of the permutation."""
+    """Exercise 8.2. Domain: idx = perm[counter[0] * B : (counter[0] + 1) * B] from ONE block of 16 to 128 threads
+    (1,024 on a GPU), for batches of 20 to 300 rows (1,500 on a GPU), smaller and larger than the block, whole
+    blocks and not; the first, a middle and the last batch of an int64 permutation with a partial batch at its end;
+    nothing else written."""
     rng = np.random.default_rng(seed)
     cases = []
     for B, threads, batches, which in ((64, 32, 5, "last"), (37, 32, 9, "middle"), (course.pick(300, 100), 64, 4, "first"),
