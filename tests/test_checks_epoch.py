@@ -98,3 +98,27 @@ def test_clock_report_is_the_two_rules():
     spare = {k for k, (_, _, who) in CLOCK_PARTS.items() if who == "spare"}
     assert spare and not spare & set(clock_report(T[:, :128], 128, 64))   # no spare blocks: no spare parts
     assert "step" not in clock_report(T[:1], 128, 64)   # one step (the simulator's): no time from it to the next
+
+
+# --- issue 48: the clocks the course really gives (raw %globaltimer readings, about 1.7e18 ns) --------------------
+
+@pytest.mark.parametrize("check, fn", [
+    pytest.param(checks.check_part_us, mutant(part_us, "slowest = (", "T = T.astype(np.float64); slowest = ("),
+                 id="13.1 float64 before subtracting"),    # 256 ns steps at 1.7e18: 0.77 µs for 0.62
+    pytest.param(checks.check_part_us, mutant(part_us, "slowest = (", "T = T.astype(np.float32); slowest = ("),
+                 id="13.1 float32 before subtracting"),    # every difference 0
+    pytest.param(checks.check_barrier_us, mutant(barrier_us, "crossing = ", "T = T.astype(np.float64); crossing = "),
+                 id="13.2 float64 before subtracting"),
+    pytest.param(checks.check_barrier_us, mutant(barrier_us, "crossing = ", "T = T.astype(np.float32); crossing = "),
+                 id="13.2 float32 before subtracting"),
+])
+def test_clock_checks_use_raw_globaltimer_values(check, fn):
+    with pytest.raises(CheckFailure, match="Exercise 13"):
+        check(fn)
+
+
+def test_clock_checks_want_the_float_the_spec_names():
+    with pytest.raises(CheckFailure, match="expected a float"):
+        checks.check_part_us(mutant(part_us, "float(np.median(slowest)) / 1e3", "np.float32(np.median(slowest) / 1e3)"))
+    with pytest.raises(CheckFailure, match="expected a float"):
+        checks.check_barrier_us(mutant(barrier_us, "float(np.median(crossing)) / 1e3", "int(np.median(crossing)) // 1000"))

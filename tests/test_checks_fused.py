@@ -274,3 +274,35 @@ def test_other_correct_tile_origins_and_class_sums_pass():
 
     checks.check_tile_origin(tile_origin_neg)
     checks.check_warp_class_sums(class_sums_loop)
+
+
+# --- issue 48: the spec's count of shuffles (16), counted, not read from the names called --------------------------
+
+@cuda.jit(device=True)
+def halve_all_reduce(acc, half, mask, scr):
+    """Right sums, twice the shuffles: every lane exchanges all 2 half classes, then keeps its half."""
+    upper = (cuda.threadIdx.x & mask) != 0
+    for k in range(2 * half):
+        acc[k] += shfl_xor(scr, acc[k], mask)
+    for k in range(half):
+        acc[k] = acc[k + half] if upper else acc[k]
+
+
+def test_class_sums_with_31_shuffles_are_refused():
+    """16 + 8 + 4 + 2 + 1 = 31 shuffles a lane, where the spec says 16: the check counts the shuffles each lane makes."""
+    wrong = mutant(warp_class_sums, "def warp_class_sums(", "def warp_class_sums(", scope={"halve": halve_all_reduce})
+    with pytest.raises(CheckFailure, match="Exercise 12.2"):
+        checks.check_warp_class_sums(wrong)
+
+
+@pytest.mark.parametrize("check, fn", [
+    pytest.param(checks.check_warp_sum, mutant(warp_sum, "v += shfl_xor(scr, v, m)",
+                                                "v += shfl_xor(scr, v, m) + 0 * shfl_xor(scr, v, m)"), id="11.2 ten"),
+    pytest.param(checks.check_halve, mutant(halve, "acc[k] = keep + shfl_xor(scr, send, mask)",
+                                            "acc[k] = keep + shfl_xor(scr, send, mask) + 0 * shfl_xor(scr, keep, mask)"),
+                 id="12.1 both halves sent"),
+])
+def test_shuffle_counts_are_the_specs(check, fn):
+    """Right sums with more shuffles than the spec says (11.2: five; 12.1: one per kept class) are refused."""
+    with pytest.raises(CheckFailure, match="calls of shfl_xor, where the spec says"):
+        check(fn)

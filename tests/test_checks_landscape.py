@@ -142,3 +142,25 @@ def test_projection_that_centres_theta_n_in_place_rejected():
 def test_filter_normalize_returning_float64_rejected():
     wrong = mutant(LS.filter_normalize, "out = np.zeros_like(d)", "out = np.zeros_like(d, dtype=np.float64)")
     rejects(checks.check_filter_normalize, wrong, "Exercise 7.3", ["float32"])
+
+
+# --- issue 48: the domain the course feeds them (a grid's a = 0 and b = 0 lines, FlatParams' padding, a zero
+# column) -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("edits", [
+    pytest.param([("theta[i] + a * d1[i] + b * d2[i]", "theta[i] + a * (d1[i] + (b / a) * d2[i])")],
+                 id="divides by a"),     # every plot grid crosses a = 0
+    pytest.param([("theta[i] + a * d1[i] + b * d2[i]", "theta[i] + b * (d2[i] + (a / b) * d1[i])")],
+                 id="divides by b"),
+])
+def test_combine_check_tries_a_zero_coefficient(edits):
+    rejects(checks.check_combine_kernel, mutated(combine_kernel, *edits), "Exercise 7.1", WRONG + NAN)
+
+
+@pytest.mark.parametrize("edits, says", [
+    bug("copies d's padding", ["padding"], ("out = np.zeros_like(d)", "out = d.copy()")),
+    bug("copies theta's padding", ["padding"], ("out = np.zeros_like(d)", "out = theta.copy()")),
+    bug("no epsilon", ["NaN", "zero column", "expected"], (" + 1e-10)", ")")),   # 0 / 0 on an all-zero column
+])
+def test_filter_normalize_check_covers_the_real_domain(edits, says):
+    rejects(checks.check_filter_normalize, mutated(filter_normalize, *edits), "Exercise 7.3", says)

@@ -58,3 +58,17 @@ def test_blocks_per_sm_failure_names_the_binding_limit_and_what_each_allows(old,
     assert re.search(r"registers \d+, shared memory \d+;", msg), msg
     assert f"the one that binds (the smallest): {binds}, at " in msg, msg
     assert not any(code in msg for code in ("//", "REG_UNIT", "SM_", "min(")), msg  # numbers, not the formula
+
+
+# --- issue 48: the spec's letter (Python integers, 0 when nothing fits) and a partial warp rounded down ---------
+
+@pytest.mark.parametrize("old, new", [
+    pytest.param("(threads + 31) // 32", "max(1, round(threads / 32))", id="warps rounded"),   # 40 threads, 255 regs: 8 for 4
+    pytest.param("SM_REGISTERS // warp_regs // warps", "SM_REGISTERS / warp_regs // warps", id="a float"),
+    pytest.param("min(SM_BLOCKS, ", "min(np.int64(SM_BLOCKS), ", id="a NumPy integer"),
+    pytest.param("SM_SMEM // (smem + BLOCK_SMEM_RESERVED)", "max(1, SM_SMEM // (smem + BLOCK_SMEM_RESERVED))",
+                 id="never 0 by shared memory"),
+])
+def test_blocks_per_sm_check_rejects_issue48(old, new):
+    with pytest.raises(CheckFailure, match="Exercise 9.2"):
+        checks.check_blocks_per_sm(mutant(blocks_per_sm, old, new))

@@ -79,3 +79,19 @@ def test_unimplemented_raises_not_implemented():
         raise NotImplementedError("Exercise 10.1: a grid-stride loop")
     with pytest.raises(NotImplementedError, match="Exercise 10.1"):
         checks.check_sgd_gridstride(stub)
+
+
+# --- issue 48: the course's magnitudes (parameters at 0, gradients of 1e-7 to 1e-2, exact zeros) ------------------
+
+@pytest.mark.parametrize("old, new", [
+    pytest.param("p[i] -= lr * g[i]", "if abs(g[i]) > 1e-4: p[i] -= lr * g[i]", id="small gradients skipped"),
+    pytest.param("p[i] -= lr * g[i]", "if p[i] != 0: p[i] -= lr * g[i]", id="parameters at 0 skipped"),
+])
+def test_sgd_gridstride_check_uses_real_magnitudes(old, new):
+    with pytest.raises(CheckFailure, match="Exercise 10.1"):
+        checks.check_sgd_gridstride(mutant(sgd_gridstride_kernel, old, new))
+
+
+def test_sgd_gridstride_skipping_zero_gradients_passes():
+    """A zero gradient moves nothing: skipping it is right."""
+    checks.check_sgd_gridstride(mutant(sgd_gridstride_kernel, "p[i] -= lr * g[i]", "if g[i] != 0: p[i] -= lr * g[i]"))

@@ -1,4 +1,5 @@
 """Notebook 08's checks pass the solutions and reject planted wrong answers."""
+import numpy as np
 import pytest
 from conftest import mutant
 
@@ -42,7 +43,7 @@ def test_a_different_correct_kernel_passes():
 # --- Exercise 8.1: planted wrong counts (one line of the solution changed) -------------------------------------
 
 def test_epoch_cost_check_rejects_floats():
-    with pytest.raises(CheckFailure, match="two integers"):
+    with pytest.raises(CheckFailure, match="two Python integers"):
         checks.check_epoch_cost(lambda *a: tuple(float(v) for v in epoch_cost(*a)))
 
 
@@ -59,6 +60,17 @@ def test_epoch_cost_check_rejects_floats():
 def test_epoch_cost_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 8.1"):
         checks.check_epoch_cost(mutant(epoch_cost, old, new))
+
+
+# --- issue 48: the spec's letter (Python integers) and an epoch of no whole batch -----------------------------
+
+@pytest.mark.parametrize("old, new", [
+    pytest.param("steps = n_train // batch_size", "steps = np.int64(n_train) // batch_size", id="NumPy integers"),
+    pytest.param("steps = n_train // batch_size", "steps = max(1, n_train // batch_size)", id="at least one step"),
+])
+def test_epoch_cost_check_rejects_issue48(old, new):
+    with pytest.raises(CheckFailure, match="Exercise 8.1"):
+        checks.check_epoch_cost(mutant(epoch_cost, old, new, scope={"np": np}))
 
 
 # --- Exercise 8.2: planted wrong index kernels ----------------------------------------------------------------

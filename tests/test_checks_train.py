@@ -101,3 +101,33 @@ class _no_record:
 
     def __exit__(self, *exc):
         return False
+
+
+# --- issue 48: batches above the notebook's, data the course evaluates again, the types the spec names -----------
+
+def test_train_step_with_the_notebooks_batch_hard_coded_is_rejected():
+    wrong = mutant(T.train_step, "mlp_forward(Xb,", "mlp_forward(Xb[:64],")   # the notebook's batch_size
+    rejects(checks.check_train_step, wrong, "Exercise 6.1", ["raised", "expected"])
+
+
+_SEEN = {}
+
+
+def evaluate_cached_by_data(X_d, y_d, params):
+    """Right once, then the first answer again for the same data: the course evaluates the same test set after
+    every epoch, with new parameters."""
+    key = (X_d.shape, float(X_d[:1, :1].copy_to_host()[0, 0]))
+    if key not in _SEEN:
+        _SEEN[key] = T.evaluate(X_d, y_d, params)
+    return _SEEN[key]
+
+
+@pytest.mark.parametrize("fn, says", [
+    pytest.param(evaluate_chunks_of(256), ["loss: expected"], id="a mean of 256-row chunk means"),
+    pytest.param(mutant(T.evaluate, "float(loss.copy_to_host()[0])", "np.float64(loss.copy_to_host()[0])",
+                        scope={"np": np}), ["got types"], id="a NumPy float"),
+    pytest.param(evaluate_cached_by_data, ["expected"], id="cached across calls"),
+])
+def test_evaluate_rejects_issue48(fn, says):
+    _SEEN.clear()
+    rejects(checks.check_evaluate, fn, "Exercise 6.2", says)

@@ -6,6 +6,9 @@ from course.checks.core import call, exercise, fail
 
 TICK = 32        # ns: %globaltimer's tick on the course's GPU (notebook 13's clocks are multiples of it)
 NPOINTS = 16     # clock points per step (course.fused.NPOINTS)
+GLOBALTIMER = 1_733_000_000_000_000_000   # ns: a raw %globaltimer reading (Unix time, December 2024), as
+# timed_epoch returns it: float64 steps by 256 ns there and float32 by about 1.4e11, so a table converted to float
+# before subtracting loses the parts' times
 
 
 def part_us_ref(T, start, end, blocks):
@@ -18,8 +21,9 @@ def barrier_us_ref(T, arrive, release):
     return float(np.median(T[:, :, release].min(axis=1) - T[:, :, arrive].max(axis=1))) / 1e3
 
 
-def clock_table(rng, steps, blocks, spread=1.0):
-    """Random clocks (steps, blocks, NPOINTS), in ns and multiples of TICK: every block's points rise within a step,
+def clock_table(rng, steps, blocks, spread=1.0, start=GLOBALTIMER):
+    """Random clocks (steps, blocks, NPOINTS), in ns and multiples of TICK from `start` (by default a raw
+    %globaltimer reading, about 1.7e18, as course.fused's timed_epoch returns): every block's points rise within a step,
     some blocks are slower than others, a few steps are much slower than the rest (so a mean and a median differ),
     and the blocks arrive at the barriers (points 4 and 9) at different times and leave them together (points 5,
     10), soon after the last arrival."""
@@ -36,26 +40,29 @@ def clock_table(rng, steps, blocks, spread=1.0):
             out = t[:, arrive].max() + rng.integers(3, 30) + rng.integers(0, 3, blocks)
             shift = out - t[:, release]
             t[:, release:] += shift[:, None]
-        T[s] = t * TICK
+        T[s] = start + t * TICK
         t0 = int(t.max()) + int(rng.integers(1, 20))
     return T
 
 
 def _tables(rng):
-    """(name, T) cases: odd and round numbers of steps and blocks."""
+    """(name, T) cases: odd and round numbers of steps and blocks, at raw %globaltimer readings (about 1.7e18 ns,
+    as timed_epoch gives them) but for one table that starts at 0."""
     cases = []
-    for steps, blocks in ((1, 1), (2, 5), (7, 33), (24, 132), (61, 40), (10, 3)):
-        cases.append((f"{steps} step{'s' * (steps > 1)} x {blocks} block{'s' * (blocks > 1)}",
-                      clock_table(rng, steps, blocks)))
+    for steps, blocks, start in ((1, 1, GLOBALTIMER), (2, 5, GLOBALTIMER), (7, 33, 0), (24, 132, GLOBALTIMER),
+                                 (61, 40, GLOBALTIMER + TICK * 12345), (10, 3, GLOBALTIMER)):
+        when = "raw %globaltimer clocks" if start else "clocks from 0"
+        cases.append((f"{steps} step{'s' * (steps > 1)} x {blocks} block{'s' * (blocks > 1)} ({when})",
+                      clock_table(rng, steps, blocks, start=start)))
     return cases
 
 
 def _number(ex, case, got, want, wrong, hint):
     """Fail unless got is a number within 1e-9 µs of want; wrong: [(value, what a student did to get it)]."""
     __tracebackhide__ = True
-    if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.integer, np.floating)):
-        fail(ex, case, f"expected a number of microseconds, got {got!r}", "return one float: the median over the "
-             "steps, divided by 1e3 (the clocks are in nanoseconds)")
+    if not isinstance(got, float):   # a Python float (np.float64 is one); not an int, not a float32's 7 digits
+        fail(ex, case, f"expected a float (µs), got {type(got).__name__} {got!r}", "return one float: the median "
+             "over the steps, divided by 1e3 (the clocks are in nanoseconds); float(...) makes one")
     if np.isclose(float(got), want, rtol=1e-9, atol=1e-9):
         return
     for value, what in wrong:
@@ -71,8 +78,10 @@ def _number(ex, case, got, want, wrong, hint):
   slowest = (T[:, blocks, end] - T[:, blocks, start]).max(axis=1)   # (steps,): the slowest block of each step
   return float(np.median(slowest)) / 1e3                            # the median step, ns -> µs""")
 def check_part_us(part_us, seed=0):
-    """Exercise 13.1: random clock tables (1 to 61 steps, 1 to 132 blocks, slow steps and slow blocks), every
-    consecutive pair of clock points and some wider parts, over all the blocks, the first ones and the last ones."""
+    """Exercise 13.1. Domain: random int64 clock tables (1 to 61 steps, 1 to 132 blocks, slow steps and slow
+    blocks) at raw %globaltimer readings (about 1.7e18 ns: a table made float before subtracting fails) and one from 0;
+    every consecutive pair of clock points and some wider parts; over all the blocks, the first ones and the last
+    ones; T left unchanged; a number of µs back."""
     ex = "Exercise 13.1"
     rng = np.random.default_rng(seed)
     n = 0
@@ -117,8 +126,9 @@ def check_part_us(part_us, seed=0):
   crossing = T[:, :, release].min(axis=1) - T[:, :, arrive].max(axis=1)   # (steps,): first out - last in
   return float(np.median(crossing)) / 1e3                                 # the median step, ns -> µs""")
 def check_barrier_us(barrier_us, seed=0):
-    """Exercise 13.2: random clock tables whose blocks arrive at the two barriers at different times and leave
-    together, both barriers."""
+    """Exercise 13.2. Domain: random int64 clock tables (1 to 61 steps, 1 to 132 blocks) at raw %globaltimer
+    readings (about 1.7e18 ns) and one from 0, whose blocks arrive at the two barriers at different times and leave
+    together; both barriers; T left unchanged; a number of µs back."""
     ex = "Exercise 13.2"
     rng = np.random.default_rng(seed)
     n = 0

@@ -3,13 +3,15 @@ a warp's sum by shuffles (11.2), one step of a reduce-scatter (12.1), a warp's 1
 import ast
 import inspect
 import textwrap
+import types
 
 import numpy as np
 from numba import cuda, float32
 
 import course
 
-from course.checks.core import MAX_THREADS, call, code_names, exercise, factor, fail, on_a_gpu, run_cases
+from course.checks.core import (MAX_THREADS, _names, call, code_names, exercise, factor, fail, on_a_gpu, run_cases,
+                                simulated)
 
 WARP = 32
 SCRATCH = 1024  # the check's kernel: a shared cell per thread for the simulator's shuffles (blocks up to 1024)
@@ -87,6 +89,88 @@ def _every_lane_shuffles(ex, fn):
     return ""
 
 
+def _counting(fn, shfl, depth=0):
+    """A copy of device function fn, and of the device functions it calls by name, whose `shfl_xor` is `shfl`."""
+    py = getattr(fn, "py_func", fn)
+    names = dict(py.__globals__)
+    for name in _names(py.__code__):
+        if name == "shfl_xor":
+            names[name] = shfl
+        elif hasattr(names.get(name), "py_func") and depth < 8:
+            names[name] = _counting(names[name], shfl, depth + 1)
+    return cuda.jit(device=True)(types.FunctionType(py.__code__, names, py.__name__, py.__defaults__,
+                                                    py.__closure__))
+
+
+def _shfl_counter():
+    """shfl_xor that also adds 1 to scr[SCRATCH + threadIdx.x]: the counting kernels' scr has 2 * SCRATCH cells."""
+    from course.ptx import shfl_xor
+
+    @cuda.jit(device=True)
+    def counted(scr, v, m):
+        t = cuda.threadIdx.x
+        scr[SCRATCH + t] += float32(1)
+        return shfl_xor(scr, v, m)
+    return counted
+
+
+def _count_kernel(fn, which):
+    """A kernel of one warp that calls the student's device fn once per lane (which: 0 warp_sum, 1 halve with half
+    8 and mask 16, 2 warp_class_sums), fn's shfl_xor counting into scr, and writes each lane's count into count."""
+    if which == 0:
+        @cuda.jit(device=True)
+        def once(acc, scr):
+            fn(scr, acc[0])
+    elif which == 1:
+        @cuda.jit(device=True)
+        def once(acc, scr):
+            fn(acc, 8, 16, scr)
+    else:
+        @cuda.jit(device=True)
+        def once(acc, scr):
+            fn(acc, scr)
+
+    @cuda.jit
+    def kernel(x, count):
+        scr = cuda.shared.array(2 * SCRATCH, float32)
+        acc = cuda.local.array(ACC, float32)
+        t = cuda.threadIdx.x
+        scr[SCRATCH + t] = float32(0)
+        for k in range(ACC):
+            acc[k] = x[t, k]
+        cuda.syncthreads()
+        once(acc, scr)
+        count[t] = scr[SCRATCH + t]
+    return kernel
+
+
+def shuffles_per_lane(fn, which):
+    """How many shfl_xor calls each lane of one warp makes in one call of the student's device function fn (which:
+    0 warp_sum, 1 halve with half 8, 2 warp_class_sums); None when they cannot be counted (fn's shuffles are not
+    calls of the name shfl_xor, e.g. cuda.shfl_xor_sync on a GPU, or the counting run failed)."""
+    x = np.random.default_rng(1).standard_normal((WARP, ACC)).astype(np.float32)
+    try:
+        with simulated():
+            kernel = _count_kernel(_counting(fn, _shfl_counter()), which)
+            count = cuda.to_device(np.zeros(WARP, np.float32))
+            kernel[1, WARP](cuda.to_device(x), count)
+            got = count.copy_to_host()
+    except Exception:   # the check's correctness run passed: what remains is only the count
+        return None
+    return None if not got.any() else got.astype(int)
+
+
+def _shuffle_budget(ex, fn, which, spec, hint):
+    """Fail unless every lane makes exactly `spec` shuffles in one call of fn (what the spec says); no count (see
+    shuffles_per_lane) is not a failure."""
+    __tracebackhide__ = True
+    got = shuffles_per_lane(fn, which)
+    if got is not None and (got != spec).any():
+        lane = int(np.argmax(got != spec))
+        fail(ex, "counting the shuffles of one call, in a warp of 32 lanes", f"lane {lane} made {got[lane]} calls "
+             f"of shfl_xor, where the spec says {spec}", hint)
+
+
 def _warp_sum_kernel(warp_sum):
     """A kernel that calls the student's device function twice in a row: out[i] = warp_sum(scr,
     x[i]), then out2[i] = warp_sum(scr, 1 - 2 x[i]), for every thread (a sum through scr that a second call
@@ -122,8 +206,10 @@ def warp_sums_ref(x):
       m //= 2
   return v""")
 def check_warp_sum(warp_sum, seed=0):
-    """Exercise 11.2: every thread gets its warp's sum, for blocks of 1-4 warps and sizes that are and are not whole
-    warps and blocks."""
+    """Exercise 11.2. Domain: every thread gets its warp's sum, for blocks of 1-4 warps (1,024 threads on a GPU) and
+    sizes that are and are not whole warps and blocks (threads past the end with v = 0); values of both signs; two
+    calls in a row in one kernel; each lane makes exactly the spec's five shfl_xor calls (counted in a run of one
+    warp), none behind a branch (read from the code)."""
     unread = _every_lane_shuffles("Exercise 11.2", warp_sum)
     rng = np.random.default_rng(seed)
     cases = []
@@ -139,6 +225,8 @@ def check_warp_sum(warp_sum, seed=0):
                           "a GPU a shuffle that a lane of its mask does not join is undefined); output 2 is a second "
                           "call right after the first: a sum through scr must not be overwritten before every lane "
                           "has read it")
+    _shuffle_budget("Exercise 11.2", warp_sum, 0, 5, "five exchanges, one shfl_xor each (masks 16, 8, 4, 2, 1): "
+                    "each doubles the lanes a sum covers, so five cover 32")
     return what + unread
 
 
@@ -155,8 +243,10 @@ def _ordinal(n):
   # old: what this block's atomic add returned, the count before its own arrival
   return (old // blocks + 1) * blocks     # the next multiple of blocks above the count this block saw""")
 def check_barrier_target(barrier_target, seed=0):
-    """Exercise 10.2: a grid of `blocks` blocks meets barrier after barrier; at each, the blocks count in one at a
-    time in a random order, and each must wait for exactly the count at which the last one has arrived."""
+    """Exercise 10.2. Domain: grids of 1, 2, 7, 128 and 132 blocks (the course's 132 SMs) meet barrier after
+    barrier; the counter starts at a multiple of the grid left by up to 1,000 earlier barriers (it only grows), the
+    blocks count in one at a time in a random order (the first and the last arrival included), and each must wait
+    for exactly the count at which the last one has arrived."""
     ex = "Exercise 10.2"
     rng = np.random.default_rng(seed)
     for blocks in (1, 2, 7, 128, 132):
@@ -224,9 +314,11 @@ def halve_ref(x, half, mask):
       keep = acc[k + half] if upper else acc[k]
       acc[k] = keep + shfl_xor(scr, send, mask)""")
 def check_halve(halve, seed=0):
-    """Exercise 12.1: after one halve(acc, half, mask, scr), acc[:half] holds the sums of the kept classes of each
-    lane and its partner, for the (half, mask) pairs the fused kernels use, blocks of 1-4 warps and sizes that are
-    and are not whole blocks."""
+    """Exercise 12.1. Domain: after one halve(acc, half, mask, scr), acc[:half] holds the sums of the kept classes of
+    each lane and its partner, for the (half, mask) pairs the fused kernels use, random values of both signs,
+    blocks of 1-4 warps (1,024 threads on a GPU) and sizes that are and are not whole blocks; each lane makes
+    exactly `half` shfl_xor calls, as the spec says (counted at half 8), none only some lanes reach (read from the
+    code)."""
     unread = _every_lane_shuffles("Exercise 12.1", halve)
     rng = np.random.default_rng(seed)
     cases = []
@@ -241,6 +333,8 @@ def check_halve(halve, seed=0):
     run_cases("Exercise 12.1", _halve_kernel(halve), cases, atol=1e-5, rtol=1e-5,
               hint="look at which half each lane keeps (the lane's bit `mask` set: the upper half), what it sends (the "
                    "half it drops), and that it adds what it receives to what it keeps, for k < half")
+    _shuffle_budget("Exercise 12.1", halve, 1, 8, "one shfl_xor per kept class, `half` in all (8 here): each lane "
+                    "sends only the half it drops")
     threads = [c["inputs"][0].shape[0] for c in cases]
     blocks = ", ".join(sorted({str(c["block"]) for c in cases}))
     return (f"{len(cases)} random cases of 16 values per thread, each (half, mask) pair the kernels use "
@@ -275,8 +369,8 @@ def tile_origins_ref(K, hidden):
   jt = (hidden + TJ - 1) // TJ      # tiles along the hidden units, the last one maybe narrower
   return (tile // jt) * TK, (tile % jt) * TJ""")
 def check_tile_origin(tile_origin, seed=0):
-    """Exercise 11.1: tile_origin(t, hidden) for every tile of W1s of several shapes (hidden a multiple of TJ and
-    not, one tile to 136), from blocks of several sizes."""
+    """Exercise 11.1. Domain: tile_origin(t, hidden) for every tile of W1s of several shapes (the course's 784 x 128,
+    hidden a multiple of TJ and not, one tile to 136, 1,260 on a GPU), from blocks of several sizes."""
     rng = np.random.default_rng(seed)
     cases = []
     for K, hidden, block in ((784, 128, 32), (784, 13, 64), (250, 40, 32), (100, 8, 32), (784, 130, 128),
@@ -348,8 +442,10 @@ def class_sums_mistake(got, expected):
   halve(acc, 1, 2, scr)             # 1 class, summed over the 16 lanes of this lane's parity
   return acc[0] + shfl_xor(scr, acc[0], 1)     # plus the other parity's 16""")
 def check_warp_class_sums(warp_class_sums, seed=0):
-    """Exercise 12.2: lanes l and l ^ 1 return class l >> 1 of acc summed over their warp, for blocks of 1-4 warps
-    and sizes that are and are not whole blocks."""
+    """Exercise 12.2. Domain: lanes l and l ^ 1 return class l >> 1 of acc summed over their warp, for random values
+    of both signs, blocks of 1-4 warps (1,024 threads on a GPU) and sizes that are and are not whole blocks; each
+    lane makes exactly the spec's 16 shfl_xor calls (counted in a run of one warp; warp_sum refused by name), none
+    only some lanes reach (read from the code)."""
     unread = _every_lane_shuffles("Exercise 12.2", warp_class_sums)
     if "warp_sum" in code_names(warp_class_sums):
         fail("Exercise 12.2", "reading your function's code", "it calls warp_sum: 5 shuffles a class, 80 for the 16 "
@@ -366,6 +462,8 @@ def check_warp_class_sums(warp_class_sums, seed=0):
               hint="thread i should return class (i % 32) >> 1 summed over its warp's 32 threads, the same sum in "
                    "lanes l and l ^ 1: which lanes does each of your exchanges combine, and which class does each "
                    "lane keep?")
+    _shuffle_budget("Exercise 12.2", warp_class_sums, 2, 16, "four halvings send 8 + 4 + 2 + 1 values and the last "
+                    "exchange 1: 16 shuffles, each lane sending only what it drops")
     return (f"{len(cases)} random cases of 16 values per thread ({min(c['inputs'][0].shape[0] for c in cases)} to "
             f"{max(c['inputs'][0].shape[0] for c in cases):,} threads, whole warps and not), blocks {blocks}"
             + unread)

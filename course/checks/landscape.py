@@ -19,17 +19,21 @@ ATOL, RTOL = 1e-6, 1e-5  # float32: two products and two sums per element; a GPU
   if i < out.size:
       out[i] = theta[i] + a * d1[i] + b * d2[i]     # a with d1, b with d2; theta, d1, d2 only read""")
 def check_combine_kernel(kernel, seed=0):
-    """Exercise 7.1: out[i] = theta[i] + a*d1[i] + b*d2[i]; odd and whole-block sizes, three block shapes, a
-    spare block; theta, d1 and d2 must come back unchanged."""
+    """Exercise 7.1. Domain: out[i] = theta[i] + a*d1[i] + b*d2[i] for odd and whole-block sizes (7 to 100,003 on a
+    GPU, 301 and 256 in the simulator), three block shapes and the largest, a spare block; a and b of both signs,
+    and a = 0 or b = 0 (the lines every plot grid crosses: an answer that divides by one fails); theta, d1 and d2
+    must come back unchanged; several launches in one process."""
     rng = np.random.default_rng(seed)
     cases = []
-    for n, block, spare in ((course.pick(100_003, 301), 128, 0), (97, 32, 0), (7, 64, 1), *on_a_gpu((1_000, MAX_THREADS, 0)),
-                            (course.pick(101_770 // 10 * 128, 256), 128, 0), (64, 32, 0)):  # whole blocks
+    for n, block, spare, zero in ((course.pick(100_003, 301), 128, 0, ""), (97, 32, 0, "a"), (7, 64, 1, ""),
+                                  *on_a_gpu((1_000, MAX_THREADS, 0, "")),
+                                  (course.pick(101_770 // 10 * 128, 256), 128, 0, ""), (64, 32, 0, "b")):  # whole
         theta, d1, d2 = (rng.standard_normal(n).astype(np.float32) for _ in range(3))   # (n,) each
         a = np.float32(rng.uniform(0.3, 2.0) * rng.choice([-1, 1]))
         b = np.float32(rng.uniform(0.3, 2.0) * rng.choice([-1, 1]))
         while abs(abs(a) - abs(b)) < 0.2:                  # a and b clearly different: a swap must show
             b = np.float32(rng.uniform(0.3, 2.0) * rng.choice([-1, 1]))
+        a, b = (np.float32(0) if zero == "a" else a), (np.float32(0) if zero == "b" else b)   # a grid's axes
         want = (theta.astype(np.float64) + float(a) * d1 + float(b) * d2).astype(np.float32)
         cases.append(dict(name=f"n={n}, a={a:.3f}, b={b:.3f}", grid=cdiv(n, block) + spare, block=block,
                           inputs=[theta, d1, d2, a, b], expected=want))
@@ -55,8 +59,10 @@ def _project_ref(S, theta_n, d1, d2):
   G = D.T @ D                                           # (2, 2) Gram matrix
   return np.linalg.solve(G, (R @ D).T).T                # (n, 2): column 0 is a, column 1 is b""")
 def check_project_to_plane(project_to_plane, seed=0):
-    """Exercise 7.2: the coordinates (a_i, b_i) of each snapshot's closest point in theta_n + a d1 + b d2,
-    with directions that are neither unit length nor orthogonal, and theta_n far from the origin."""
+    """Exercise 7.2. Domain: the coordinates (a_i, b_i) of each snapshot's closest point in theta_n + a d1 + b d2,
+    for 1 to 40 snapshots of 9 to 301 parameters, directions that are neither unit length nor orthogonal (and
+    nearly orthogonal ones), lengths from 0.2 to 5 times each other, theta_n far from the origin, a snapshot equal
+    to theta_n (coordinates 0); inputs left unchanged; a float64 (n, 2) array, as the spec says."""
     ex = "Exercise 7.2"
     hint = ("look at the centring (the plane passes through theta_n), at the 2x2 normal equations (directions "
             "that are neither unit length nor orthogonal need the whole Gram matrix), at which column is a "
@@ -140,19 +146,27 @@ def _filter_normalize_ref(d, theta, layout, ignore_bias):
       2-D W (in, out): dW = d[o:o+n].reshape(shape); tW = theta[o:o+n].reshape(shape)
           out[o:o+n] = (dW * (norm(tW, axis=0) / (norm(dW, axis=0) + 1e-10))).ravel()""")
 def check_filter_normalize(filter_normalize, seed=0):
-    """Exercise 7.3: every column of every weight matrix rescaled to its weights' column norm; biases zeroed
-    (ignore_bias=True) or copied from theta (False); padding 0; the input left alone."""
+    """Exercise 7.3. Domain: layouts padded as FlatParams pads them (aligned to 8, 16 and 64 floats, and
+    FlatParams' own, of a 49-20-10 MLP), one packed back to back (no padding), non-square matrices whose columns
+    have very different norms, an all-zero column of d (the epsilon keeps it 0, not NaN); inputs whose padding
+    holds non-zero numbers (the result's padding must still be 0: nothing copied from d or theta); both settings
+    of ignore_bias; d and theta left alone; a float32 result; several calls in one process."""
     ex = "Exercise 7.3"
     hint = ("look at which axis holds a filter (a COLUMN of W (in, out): the weights feeding one neuron), at the "
             "biases (zero or theta's, by ignore_bias), at the padding between tensors (stays 0), at the dtype "
             "(float32, like d) and at d itself (not modified)")
+    from course.update import FlatParams
     rng = np.random.default_rng(seed)
+    mlp = {"W1": (49, 20), "b1": (20,), "W2": (20, 10), "b2": (10,)}         # a pooled MNIST MLP, by FlatParams
     for shapes, align, ignore_bias in (({"W1": (13, 7), "b1": (7,), "W2": (7, 3), "b2": (3,)}, 8, True),
                                        ({"W1": (5, 11), "b1": (11,), "W2": (11, 4), "b2": (4,)}, 16, False),
                                        ({"W1": (course.pick(784, 49), 9), "b1": (9,), "W2": (9, 10), "b2": (10,)},
-                                        64, True)):
-        layout, size = _layout(shapes, align)
-        theta, d = np.zeros(size, np.float32), np.zeros(size, np.float32)
+                                        64, True),
+                                       ({"W1": (6, 5), "b1": (5,), "W2": (5, 3), "b2": (3,)}, 1, False),   # packed
+                                       (mlp, None, False)):
+        layout, size = _layout(shapes, align) if align else (FlatParams(mlp).layout, FlatParams(mlp).size)
+        theta = rng.standard_normal(size).astype(np.float32)   # the padding too: it must not reach the result
+        d = rng.standard_normal(size).astype(np.float32)
         for _, shape, o in layout:
             n = prod(shape)
             t = rng.standard_normal(shape)
@@ -160,8 +174,12 @@ def check_filter_normalize(filter_normalize, seed=0):
                 t *= 10.0 ** rng.uniform(-1, 1, shape[1])   # columns of very different norms, rows alike
             theta[o:o + n] = t.ravel()
             d[o:o + n] = rng.standard_normal(n)
+            if len(shape) == 2 and ignore_bias:              # an all-zero column of d: 0 / (0 + 1e-10) = 0
+                d[o:o + n].reshape(shape)[:, shape[1] // 2] = 0
         want = _filter_normalize_ref(d, theta, layout, ignore_bias)
-        case = f"with layout {', '.join(f'{k} {s}' for k, s in shapes.items())}, ignore_bias={ignore_bias}"
+        padding = "packed back to back" if align == 1 else f"FlatParams' padding ({size} floats)"
+        case = (f"with layout {', '.join(f'{k} {s}' for k, s in shapes.items())}, {padding}, "
+                f"ignore_bias={ignore_bias}{', an all-zero column in d' if ignore_bias else ''}")
         d_in, theta_in = d.copy(), theta.copy()
         got = call(ex, case, filter_normalize, d_in, theta_in, layout) if ignore_bias else \
             call(ex, case, filter_normalize, d_in, theta_in, layout, ignore_bias=False)
@@ -179,6 +197,11 @@ def check_filter_normalize(filter_normalize, seed=0):
             g, w = got[o:o + n].reshape(shape), want[o:o + n].reshape(shape)
             if np.allclose(g, w, rtol=1e-4, atol=1e-6):
                 continue
+            if np.isnan(g).any():
+                j = int(np.argwhere(np.isnan(g))[0][-1])
+                zero = ("" if dd_any(d, o, shape, j) else
+                        " (d's column is all zeros there: 0 / 0 without the + 1e-10)")
+                fail(ex, case, f"column {j} of {name} is NaN{zero}", hint)
             if len(shape) == 1:
                 should = "all zeros (ignore_bias=True)" if ignore_bias else "a copy of theta's (ignore_bias=False)"
                 fail(ex, case, f"{name} should be {should}, got {np.array2string(g[:4], precision=3)}...", hint)
@@ -194,7 +217,7 @@ def check_filter_normalize(filter_normalize, seed=0):
             why = ""
             if np.allclose(np.linalg.norm(g, axis=1), rn, rtol=1e-4):
                 why = " (its ROWS have theta's row norms: normalize columns, W is (in, out))"
-            elif np.allclose(gn, 1.0, rtol=1e-4):
+            elif np.allclose(gn[np.linalg.norm(dd, axis=0) > 0], 1.0, rtol=1e-4):   # d's zero columns stay 0
                 why = " (unit columns: multiply by the norm of theta's column too)"
             fail(ex, case, f"column {j} of {name} has norm {gn[j]:.4g}, but theta's column {j} has norm "
                  f"{tn[j]:.4g}{why}", hint)
@@ -204,4 +227,10 @@ def check_filter_normalize(filter_normalize, seed=0):
         if pad.any() and np.any(got[pad] != 0):
             fail(ex, case, f"the padding between tensors (e.g. index {int(np.argmax(pad & (got != 0)))}) must stay 0",
                  hint)
-    return "3 random layouts (columns of different norms; biases zeroed and kept)"
+    return ("5 random layouts (padded, packed, FlatParams'; columns of different norms, an all-zero column; "
+            "biases zeroed and kept)")
+
+
+def dd_any(d, o, shape, j):
+    """Whether column j of the tensor of `shape` at offset o of d holds a non-zero number."""
+    return bool(np.any(d[o:o + prod(shape)].reshape(shape)[:, j]))

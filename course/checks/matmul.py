@@ -43,19 +43,27 @@ def _limits_said(threads, regs, smem):
   return min(SM_BLOCKS, SM_WARPS // warps, SM_REGISTERS // warp_regs // warps,
              SM_SMEM // (smem + BLOCK_SMEM_RESERVED))""")
 def check_blocks_per_sm(blocks_per_sm, seed=0):
-    """Exercise 9.2: blocks per SM for random block sizes (whole warps and not), registers and shared memory, each
-    limit binding in some case, and the kernels of notebooks 09 and 12."""
+    """Exercise 9.2. Domain: the kernels of notebooks 09 and 12; random block sizes (1 to 1,024 threads, whole warps
+    and not, a partial warp of 8 just above a whole one: 40 threads), registers (16 to 255) and shared memory (0 to
+    past the SM's), each of the four limits binding in some case and 0 blocks (by registers, by shared memory) in
+    others; the answer a Python int, as the spec says (not a float, bool or NumPy integer)."""
     ex = "Exercise 9.2"
     rng = np.random.default_rng(seed)
     known = [(256, 122, 8448, "matmul v3"), (256, 128, 16896, "matmul v4"), (512, 128, 47800, "course.fused's kernel"),
              (32, 16, 0, "a tiny kernel: the block limit"), (1024, 32, 0, "1024 threads: the warp limit"),
-             (128, 40, 100000, "large shared memory"), (96, 255, 0, "255 registers")]
+             (128, 40, 100000, "large shared memory"), (96, 255, 0, "255 registers"),
+             (40, 255, 0, "a warp and a quarter, 255 registers"), (1024, 255, 0, "not one block: registers"),
+             (64, 32, 240_000, "not one block: shared memory"), (33, 64, 232_448, "the last byte of shared memory")]
     cases = known + [(int(rng.integers(1, 1025)), int(rng.integers(16, 256)), int(rng.integers(0, 120000)), "random")
                      for _ in range(40)]
     for threads, regs, smem, what in cases:
         case = f"threads={threads}, regs={regs}, smem={smem} ({what})"
         got = call(ex, f"with {case}", blocks_per_sm, threads, regs, smem)
         want = blocks_per_sm_ref(threads, regs, smem)
+        if type(got) is not int:
+            fail(ex, f"with {case}", f"expected a Python int, got {type(got).__name__} {plain(got)}",
+                 "count with integers: // rounds down and keeps an int, / gives a float; int(...) turns a NumPy "
+                 "integer into a Python one")
         if got != want:
             fail(ex, f"with {case}", f"expected {want} blocks per SM, got {plain(got)}. In the reference, "
                  f"{_limits_said(threads, regs, smem)}: which of these does your answer get wrong?",

@@ -23,8 +23,9 @@ ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumu
       for i in range(TM):
           for j in range(TN): acc[i, j] += a[i] * b[j]""")
 def check_matmul_v3(kernel, seed=0):
-    """Exercise 9.1: the register-blocked matmul on odd shapes (not multiples of the 128x128 tile nor of BK = 8),
-    with exact and oversized grids; blocks of (16, 16) threads, as the kernel's tiling requires."""
+    """Exercise 9.1. Domain: the register-blocked matmul on odd shapes (not multiples of the 128x128 tile nor of
+    BK = 8: K from 9 to 37, several k-tiles), two row tiles and two column tiles, whole tiles, with exact and
+    oversized grids; N(0, 1) values of both signs; blocks of (16, 16) threads, as the kernel's tiling requires."""
     from course.matmul import BM, BN, V3_BLOCK
     rng = np.random.default_rng(seed)
     cases = []
@@ -41,6 +42,14 @@ def check_matmul_v3(kernel, seed=0):
                      hint="look at which rows of sA and columns of sB a thread reads into its registers (the same "
                           "strided ones the epilogue writes to C), at whether every kk of the tile is used, and "
                           "at the outer product: every (i, j) pair of the thread's TM x TN block")
+
+
+def _real_magnitudes(rng, n, scale):
+    """n values as a training run has them: a quarter exactly 0; the rest N(0, scale) (parameters) or, for
+    scale=None, gradients of magnitude 1e-7 to 1e-2 and either sign."""
+    v = rng.standard_normal(n) * scale if scale else rng.choice([-1, 1], n) * 10.0 ** rng.uniform(-7, -2, n)
+    v[rng.random(n) < 0.25] = 0
+    return v
 
 
 LOOP_HINT_10_1 = ("look at where a thread's loop starts (its index in the whole grid) and how far it steps (the number "
@@ -77,19 +86,23 @@ def _sgd_diagnose(name, got, expected, before):
       p[i] -= lr * g[i]             # its trips (notebook 10)
       i += stride""")
 def check_sgd_gridstride(kernel, seed=0):
-    """Exercise 10.1: p -= lr * g in place, for grids too small (each thread must loop) and too large."""
+    """Exercise 10.1. Domain: p -= lr * g in place, two steps (repeated launches on the same p), for grids too small
+    (each thread must loop: one block of 32 threads over 1,000 elements; 96 threads over the simulator's 131-element
+    case) and too large (spare threads), the largest block on a GPU; values N(0, 1) and the course's own magnitudes
+    (parameters at exactly 0, as biases start, and small; gradients from 1e-7 to 1e-2 of both signs, and exact
+    zeros: a skipped small gradient or parameter at 0 fails)."""
     rng = np.random.default_rng(seed)
     cases = []
-    for n, grid, block in ((course.pick(1000, 200), 1, 32), (course.pick(999, 131), 3, 32), (37, 4, 32),
-                           *on_a_gpu((2_500, 1, MAX_THREADS)),                       # the largest block, looping
-                           (course.pick(5000, 300), 2, 64), (course.pick(4096, 256), 2, 64)):  # last: whole
-        p = rng.standard_normal(n).astype(np.float32)
+    for n, grid, block, real in ((course.pick(1000, 200), 1, 32, False), (course.pick(999, 131), 3, 32, True),
+                                 (37, 4, 32, False), *on_a_gpu((2_500, 1, MAX_THREADS, False)),   # the largest block
+                                 (course.pick(5000, 300), 2, 64, False), (course.pick(4096, 256), 2, 64, False)):
+        p = (_real_magnitudes(rng, n, 0.05) if real else rng.standard_normal(n)).astype(np.float32)
         steps, cur = [], p
         for _ in range(2):
-            g = rng.standard_normal(n).astype(np.float32)
+            g = (_real_magnitudes(rng, n, None) if real else rng.standard_normal(n)).astype(np.float32)
             lr = np.float32(rng.uniform(0.01, 0.5))
             cur = sgd_ref(cur, g, lr)
             steps.append((g, (lr,), (cur,)))
-        cases.append(dict(name=f"{n} parameters, {grid * block} threads", grid=grid, block=block, names=["p"],
-                          state=[p], steps=steps))
+        cases.append(dict(name=f"{n} parameters, {grid * block} threads{real * ' (the course magnitudes)'}", grid=grid,
+                          block=block, names=["p"], state=[p], steps=steps))
     return run_inplace_steps("Exercise 10.1", kernel, cases, hint=LOOP_HINT_10_1, diagnose=_sgd_diagnose)

@@ -31,25 +31,30 @@ def epoch_cost_ref(n_train, n_in, hidden, n_out, batch_size):
   flops += steps * 2 * params                                     # the update
   nbytes = 4 * (seen * n_in + steps * 3 * params)""")
 def check_epoch_cost(epoch_cost, seed=0):
-    """Exercise 8.1: (FLOPs, bytes) of an epoch for random layer sizes, training sets that are and are not whole
-    batches, and MNIST's own sizes."""
+    """Exercise 8.1. Domain: MNIST's own sizes; random layer sizes and training sets (whole batches and a
+    remainder, batch sizes 1 to 100); a training set smaller than one batch (0 steps: 0 FLOPs, 0 bytes); an
+    epoch of the race's largest batch (512); two Python ints back, as the spec says (not floats or NumPy
+    integers)."""
     ex = "Exercise 8.1"
     rng = np.random.default_rng(seed)
     sizes = [(60000, 784, 128, 10, 64)] + [
         (int(rng.integers(10, 5000)), int(rng.integers(1, 900)), int(rng.integers(1, 300)), int(rng.integers(1, 20)),
          int(rng.choice([1, 7, 32, 64, 100]))) for _ in range(12)]
     sizes.append((640, 3, 5, 2, 64))                                # exactly 10 batches
+    sizes.append((50, 784, 128, 10, 64))                            # not one whole batch: 0 steps
+    sizes.append((60000, 784, 1024, 10, 512))                       # the race's largest batch, a wide layer
     for n_train, n_in, hidden, n_out, batch_size in sizes:
         case = f"n_train={n_train}, an {n_in}-{hidden}-{n_out} MLP, batch_size={batch_size}"
         got = call(ex, f"with {case}", epoch_cost, n_train, n_in, hidden, n_out, batch_size)
         want = epoch_cost_ref(n_train, n_in, hidden, n_out, batch_size)
         if not (isinstance(got, tuple) and len(got) == 2):
             fail(ex, f"with {case}", f"expected a tuple (flops, nbytes), got {got!r}", "return both counts")
-        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in got):
-            fail(ex, f"with {case}", f"expected two integers, got {tuple(type(v).__name__ for v in got)}",
-                 "count with integer arithmetic: // for the steps, no / (which gives a float)")
+        if not all(type(v) is int for v in got):
+            fail(ex, f"with {case}", f"expected two Python integers, got {tuple(type(v).__name__ for v in got)}",
+                 "count with integer arithmetic: // for the steps, no / (which gives a float); int(...) turns a "
+                 "NumPy integer into a Python one")
         _compare_cost(ex, case, got, want)
-    return f"{len(sizes)} MLPs and training sets (whole batches and a remainder)"
+    return f"{len(sizes)} MLPs and training sets (whole batches, a remainder, not one batch)"
 
 
 HINTS_8_1 = ("count, for the examples of the whole batches only (steps x batch_size), the forward pass (2 FLOPs per weight and example), the backward pass (dW1, dW2 and dH, not the "
@@ -76,8 +81,10 @@ def _compare_cost(ex, case, got, want):
   for i in range(cuda.threadIdx.x, idx.shape[0], cuda.blockDim.x):   # one block: stride by the block
       idx[i] = perm[base + i]""")
 def check_batch_index(kernel, seed=0):
-    """Exercise 8.2: idx = perm[counter[0] * B : (counter[0] + 1) * B] from ONE block, for batches smaller and larger
-    than the block and the first, a middle and the last batch of the permutation."""
+    """Exercise 8.2. Domain: idx = perm[counter[0] * B : (counter[0] + 1) * B] from ONE block of 16 to 128 threads
+    (1,024 on a GPU), for batches of 20 to 300 rows (1,500 on a GPU), smaller and larger than the block, whole
+    blocks and not; the first, a middle and the last batch of an int64 permutation with a partial batch at its end;
+    nothing else written."""
     rng = np.random.default_rng(seed)
     cases = []
     for B, threads, batches, which in ((64, 32, 5, "last"), (37, 32, 9, "middle"), (course.pick(300, 100), 64, 4, "first"),

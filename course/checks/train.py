@@ -59,8 +59,10 @@ def _twin(opt, p):
   opt.step(grads)          # the optimizer you were given, whatever it is
   return loss              # a device array: not read here""")
 def check_train_step(train_step, seed=0):
-    """Exercise 6.1: two steps with SGD, momentum and Adam change the parameters as the NumPy twin's gradients
-    and the same optimizer say, return the loss on the device, and neither read it back nor allocate per step."""
+    """Exercise 6.1. Domain: steps with SGD, momentum and Adam on random problems of batches 7 and 6 (two steps
+    each: repeated calls, new state) and 130 (one step; above twice the notebook's 64: no batch size taken from the
+    notebook), 784 inputs on a GPU; the parameters change as the NumPy twin's gradients and the same optimizer say, the loss comes back as the
+    (1,) device array, and a step neither reads anything back nor allocates after its first."""
     from course.checks.loss import _HostCopy, no_host_copies
     from course.train import buffers
     from course.update import FlatParams
@@ -69,7 +71,7 @@ def check_train_step(train_step, seed=0):
             "the grads you were given), at which optimizer takes the step (the one passed in), and at what is "
             "returned (the loss device array, not read)")
     rng = np.random.default_rng(seed)
-    for kind, B, n_in, hidden in (("sgd", 7, course.pick(784, 49), 13), ("momentum", 5, 30, 6),
+    for kind, B, n_in, hidden in (("sgd", 7, course.pick(784, 49), 13), ("momentum", 130, 10, 5),
                                   ("adam", 6, 20, 5)):
         X, y, p = _problem(rng, B, n_in, hidden)
         params = FlatParams({k: v.shape for k, v in p.items()})
@@ -80,8 +82,10 @@ def check_train_step(train_step, seed=0):
         grads.flat.copy_to_device(np.full(grads.size, np.nan, np.float32))  # a skipped backward shows as NaN
         buf = {k: _nan_like(v) for k, v in buffers(B, hidden).items()}      # so does a skipped forward
         X_d, y_d = cuda.to_device(X), cuda.to_device(y)
-        for step in (1, 2):
-            case = f"with B={B}, {n_in}-{hidden}-10, {type(opt).__name__} (lr={opt.lr}), step {step} of 2"
+        steps = (1, 2) if B < 64 else (1,)   # one step of the big batch: the simulator's time
+        for step in steps:
+            case = (f"with B={B}, {n_in}-{hidden}-10, {type(opt).__name__} (lr={opt.lr}), step {step} of "
+                    f"{len(steps)}")
             before = twin.params.to_host()
             try:  # the first step may allocate what it keeps in buf; after that, nothing new and nothing read
                 with no_host_copies(to_device=step > 1, allocations=step > 1):
@@ -113,7 +117,8 @@ def check_train_step(train_step, seed=0):
                                                                       atol=1e-6))[0])
                     fail(ex, case, f"{name}{list(i)}: expected {want[name][i]:.6f} after the step, got "
                          f"{got[name][i]:.6f}", hint)
-    return "3 random problems x 2 steps (SGD, momentum, Adam): loss and every parameter match the NumPy twin"
+    return ("3 random problems (SGD, momentum, Adam; batches 7, 130 and 6), 5 steps: loss and every parameter match "
+            "the NumPy twin")
 
 
 def _gradients_match(ex, case, got, want):
@@ -142,20 +147,18 @@ def _gradients_match(ex, case, got, want):
   correct = count_correct(logits, y_d)        # ties go to the first class, like np.argmax
   return float(loss.copy_to_host()[0]), int(correct.copy_to_host()[0]) / X_d.shape[0]""")
 def check_evaluate(evaluate, seed=0):
-    """Exercise 6.2: (loss, accuracy) of random parameters on random data, against the NumPy twin; N from 37 to
-    thousands of rows, a prime (a mean of per-chunk means is wrong, and a last chunk is part full; 131 in the
-    simulator, above chunks of 64 and 128), logits with
-    exact ties, a confidently wrong network (a loss from float32 probabilities is inf there), and nothing
-    copied to the host but the two scalars."""
-    from course.checks.loss import recorded_copies
+    """Exercise 6.2. Domain: (loss, accuracy) of random parameters on random data, against the NumPy twin; N from
+    29 to 10,007 rows on a GPU (263 in the simulator: a prime above a chunk of 256, so a mean of per-chunk means
+    is wrong and a last chunk part full), logits with exact ties, a confidently wrong network (a loss from float32
+    probabilities is inf there); the same data evaluated again after the parameters changed in place (as after
+    each epoch: nothing cached across calls); nothing copied to the host but the two scalars; two Python floats
+    back, as the spec says (not NumPy scalars)."""
     from course.update import FlatParams
     ex = "Exercise 6.2"
-    hint = ("look at what the mean runs over (all N rows, not a mean of means), at how a correct row is counted "
-            "(the first largest logit, as np.argmax: a tie is not a hit for a later class), and at the types "
-            "returned (two Python floats)")
     rng = np.random.default_rng(seed)
-    for N, n_in, hidden, ties, scale in ((37, 20, 9, True, 8), (course.pick(10_007, 131), course.pick(784, 20), 16,
-                                                               False, 8), (29, 20, 9, False, CONFIDENT)):
+    for N, n_in, hidden, ties, scale in ((37, 20, 9, True, 8), (course.pick(10_007, 263), course.pick(784, 12),
+                                                               course.pick(16, 6), False, 8),
+                                         (29, 20, 9, False, CONFIDENT)):
         X, y, p = _problem(rng, N, n_in, hidden)
         p["W2"] *= 8  # confident predictions, so that accuracy is far from chance and its errors show
         what = ""
@@ -172,40 +175,55 @@ def check_evaluate(evaluate, seed=0):
             what = ", classes 3 and 7 tied"
         params = FlatParams({k: v.shape for k, v in p.items()})
         params.copy_from_host(p)
-        case = f"with N={N}, {n_in}-{hidden}-10{what}"
         X_d, y_d = cuda.to_device(X), cuda.to_device(y)
-        with recorded_copies() as copies:
-            got = call(ex, case, evaluate, X_d, y_d, params, hint=hint)
-        big = [n for n in copies if n > 1]
-        if big:
-            fail(ex, case, f"evaluate copied an array of {big[0]} elements to the host ({len(copies)} copies in "
-                 "all): only the two scalars come back, the loss and the count of correct rows",
-                 "compute the loss and the count on the device (cross_entropy, count_correct) and copy those two "
-                 "one-element arrays")
-        if not (isinstance(got, tuple) and len(got) == 2):
-            fail(ex, case, f"expected a tuple (loss, accuracy), got {got!r}", "return two Python floats")
-        loss, acc = got
-        H = np.maximum(X @ p["W1"] + p["b1"], 0)
-        logits = H @ p["W2"] + p["b2"]
-        want_acc = float(np.mean(logits.argmax(1) == y))
-        want_loss = mlp_loss_ref(X, y, **p)
-        if not isinstance(loss, float) or not isinstance(acc, float):
-            fail(ex, case, f"got types ({type(loss).__name__}, {type(acc).__name__})",
-                 "copy the two device scalars to the host and convert: float(...)")
-        if not np.isclose(acc, want_acc, atol=1e-9):
-            why = ""
-            if ties and np.isclose(acc, np.mean(logits[np.arange(N), y] >= logits.max(1)), atol=1e-9):
-                why = ": ties counted as correct (a row whose label's logit EQUALS the max of another, earlier class)"
-            fail(ex, case, f"accuracy: expected {want_acc:.4f}, got {acc:.4f}{why}",
-                 "accuracy is count_correct / N, a fraction in [0, 1]; " + hint)
-        if not np.isclose(loss, want_loss, rtol=1e-5, atol=1e-6):
-            why = (": an infinite loss is the log of a probability that underflowed to 0 in float32; "
-                   "cross_entropy's loss comes from the logits (log-sum-exp) and stays finite" if np.isinf(loss)
-                   else "")
-            fail(ex, case, f"loss: expected {want_loss:.6f}, got {loss:.6f}{why}", "the mean cross-entropy over "
-                 "all N; " + hint)
-    return ("3 random problems (N up to thousands, tied logits, a confidently wrong network): loss and accuracy "
-            "match the NumPy twin, and only two scalars came back")
+        _evaluate_once(ex, f"with N={N}, {n_in}-{hidden}-10{what}", evaluate, X_d, y_d, params, X, y, p, ties)
+        if ties:   # the same test set after an epoch of training: new parameters, written into the same buffer
+            p = {k: (v + rng.uniform(-0.5, 0.5, v.shape) * np.abs(v).max()).astype(np.float32) for k, v in p.items()}
+            params.copy_from_host(p)
+            _evaluate_once(ex, f"with N={N}, {n_in}-{hidden}-10, called again on the same data after the parameters "
+                           "changed in place (as after an epoch)", evaluate, X_d, y_d, params, X, y, p, False)
+    return ("3 random problems (N up to thousands, tied logits, a confidently wrong network) and one evaluated again "
+            "after its parameters changed: loss and accuracy match the NumPy twin, and only two scalars came back")
+
+
+def _evaluate_once(ex, case, evaluate, X_d, y_d, params, X, y, p, ties):
+    """Call evaluate once and fail on what it copied, its types, its accuracy and its loss, against the twin."""
+    __tracebackhide__ = True
+    from course.checks.loss import recorded_copies
+    hint = ("look at what the mean runs over (all N rows, not a mean of means), at how a correct row is counted "
+            "(the first largest logit, as np.argmax: a tie is not a hit for a later class), and at the types "
+            "returned (two Python floats)")
+    N = X.shape[0]
+    with recorded_copies() as copies:
+        got = call(ex, case, evaluate, X_d, y_d, params, hint=hint)
+    big = [n for n in copies if n > 1]
+    if big:
+        fail(ex, case, f"evaluate copied an array of {big[0]} elements to the host ({len(copies)} copies in "
+             "all): only the two scalars come back, the loss and the count of correct rows",
+             "compute the loss and the count on the device (cross_entropy, count_correct) and copy those two "
+             "one-element arrays")
+    if not (isinstance(got, tuple) and len(got) == 2):
+        fail(ex, case, f"expected a tuple (loss, accuracy), got {got!r}", "return two Python floats")
+    loss, acc = got
+    H = np.maximum(X @ p["W1"] + p["b1"], 0)
+    logits = H @ p["W2"] + p["b2"]
+    want_acc = float(np.mean(logits.argmax(1) == y))
+    want_loss = mlp_loss_ref(X, y, **p)
+    if type(loss) is not float or type(acc) is not float:   # Python floats, as the spec says: no NumPy scalars
+        fail(ex, case, f"got types ({type(loss).__name__}, {type(acc).__name__})",
+             "copy the two device scalars to the host and convert: float(...) gives a Python float")
+    if not np.isclose(acc, want_acc, atol=1e-9):
+        why = ""
+        if ties and np.isclose(acc, np.mean(logits[np.arange(N), y] >= logits.max(1)), atol=1e-9):
+            why = ": ties counted as correct (a row whose label's logit EQUALS the max of another, earlier class)"
+        fail(ex, case, f"accuracy: expected {want_acc:.4f}, got {acc:.4f}{why}",
+             "accuracy is count_correct / N, a fraction in [0, 1]; " + hint)
+    if not np.isclose(loss, want_loss, rtol=1e-5, atol=1e-6):
+        why = (": an infinite loss is the log of a probability that underflowed to 0 in float32; "
+               "cross_entropy's loss comes from the logits (log-sum-exp) and stays finite" if np.isinf(loss)
+               else "")
+        fail(ex, case, f"loss: expected {want_loss:.6f}, got {loss:.6f}{why}", "the mean cross-entropy over "
+             "all N; " + hint)
 
 
 CONFIDENT = "confident"  # the third problem: a network that is sure and wrong on some rows
