@@ -42,7 +42,7 @@ WARMUP = 0.15           # a one-cycle schedule's rising share
 STOP = 3.0              # a search run stops once its clock passes STOP x its side's best time so far: it cannot win
 ROUNDS = 8              # refinement rounds at most
 TOP = 3                 # recipes a round refines: the fastest, and the fastest at each neighbouring batch size
-SEARCH_BUDGET_S = 330   # the search stops refining after this many seconds (the verdicts then say so)
+SEARCH_BUDGET_S = 180   # the search stops refining after this many seconds (the verdicts then say so)
 HIDDEN = 128
 
 Recipe = namedtuple("Recipe", "impl batch_size lr schedule momentum nesterov", defaults=(False,))
@@ -55,7 +55,7 @@ COARSE = {
                           lr={"sgd": [0.1, 0.4, 1.6], "heavy-ball": [0.02, 0.08, 0.32], "nesterov": [0.02, 0.08, 0.32]},
                           schedule=["const", "linear-3", "onecycle-3"]),
 }
-BATCH_LIMITS = {"course_fused": (4, 64), "pytorch_graph": (8, 16384)}
+BATCH_LIMITS = {"course_fused": (8, 64), "pytorch_graph": (8, 16384)}
 SCHEDULES = ["const", "linear-2", "linear-3", "linear-4", "linear-6", "onecycle-2", "onecycle-3", "onecycle-4",
              "onecycle-6"]
 OPTIMIZERS = {"sgd": (0.0, False), "heavy-ball": (0.9, False), "nesterov": (0.9, True)}
@@ -382,10 +382,12 @@ def graphed(torch, data, B, momentum, nesterov):
     if key not in _graphed:
         if B not in GRAPH_MODES:
             steps = data[0].shape[0] // B
-            times = {m: _epoch_seconds(torch, GraphedStep(torch, data, B, momentum, nesterov, m), steps)
-                     for m in ("step", "interval")}
+            both = {m: GraphedStep(torch, data, B, momentum, nesterov, m) for m in ("step", "interval")}
+            times = {m: _epoch_seconds(torch, g, steps) for m, g in both.items()}
             GRAPH_MODES[B] = dict(times, mode=min(times, key=times.get))
-        _graphed[key] = GraphedStep(torch, data, B, momentum, nesterov, GRAPH_MODES[B]["mode"])
+            _graphed[key] = both[GRAPH_MODES[B]["mode"]]
+        else:
+            _graphed[key] = GraphedStep(torch, data, B, momentum, nesterov, GRAPH_MODES[B]["mode"])
     return _graphed[key]
 
 
@@ -440,9 +442,11 @@ def run_pytorch_compile(data, recipe, seed, quick=False):
 
     def step(idx):
         loss = torch.nn.functional.cross_entropy(fwd(X_d[idx]), y_d[idx])
-        grads = torch.autograd.grad(loss, params)
+        loss.backward()
         with torch.no_grad():
-            _sgd_update(torch, params, grads, bufs, recipe.momentum, recipe.nesterov, neg_lr)
+            _sgd_update(torch, params, [p.grad for p in params], bufs, recipe.momentum, recipe.nesterov, neg_lr)
+        for p in params:
+            p.grad = None
 
     for _ in range(3):                                                  # compiled and recorded here, then undone
         step(perm_d[:B])
@@ -494,6 +498,12 @@ def row(recipe, stage, runs):
     return out
 
 
+def failed(recipe, stage, e):
+    """The row of a recipe whose run raised `e`: no time, a one-line note."""
+    return dict(recipe._asdict(), optimizer=optimizer(recipe), stage=stage, seconds_to_target=None, seeds=[],
+                failed=True, note=f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+
 def warm_up(data, impls, quick):
     """Compile every kernel (course) and load the libraries (torch) once, outside every clock."""
     for impl in impls:
@@ -511,7 +521,10 @@ def search(data, impl, target, quick, log, deadline, rounds):
     def trial(recipe):
         b = fastest(rows, impl)
         limit = None if b is None else STOP * b["seconds_to_target"]
-        rows.append(row(recipe, "sweep", [run_to_target(data, recipe, 0, target, quick, limit)]))
+        try:
+            rows.append(row(recipe, "sweep", [run_to_target(data, recipe, 0, target, quick, limit)]))
+        except Exception as e:  # one recipe failing must not end the search
+            rows.append(failed(recipe, "sweep", e))
         log(line(rows[-1]))
 
     for recipe in coarse_grid(impl, quick):
@@ -536,12 +549,19 @@ def search(data, impl, target, quick, log, deadline, rounds):
 def settle(data, impl, sweep, target, seeds, quick, log):
     """The FINALISTS fastest recipes of the search with `seeds` seeds, then the best one's neighbours in the search
     (rate below and above, the fastest at the batch below and above) likewise, until none is new: the rows."""
-    runs = lambda recipe, limit=None: [run_to_target(data, recipe, s, target, quick, limit) for s in range(seeds)]
-    ranked = sorted((r for r in sweep if r["impl"] == impl and r["seconds_to_target"] is not None), key=_time)
     rows = []
-    for r in ranked[:FINALISTS]:
-        rows.append(row(_recipe(r), "final", runs(_recipe(r))))
+
+    def attempt(recipe, stage, limit=None):
+        try:
+            rows.append(row(recipe, stage, [run_to_target(data, recipe, s, target, quick, limit)
+                                            for s in range(seeds)]))
+        except Exception as e:  # one recipe failing must not end the race
+            rows.append(failed(recipe, stage, e))
         log(line(rows[-1]))
+
+    ranked = sorted((r for r in sweep if r["impl"] == impl and r["seconds_to_target"] is not None), key=_time)
+    for r in ranked[:FINALISTS]:
+        attempt(_recipe(r), "final")
     for _ in range(4):
         b = fastest(rows, impl)
         if b is None:
@@ -552,8 +572,7 @@ def settle(data, impl, sweep, target, seeds, quick, log):
         if not todo:
             break
         for recipe in dict.fromkeys(todo):
-            rows.append(row(recipe, "neighbour", runs(recipe, STOP * b["seconds_to_target"])))
-            log(line(rows[-1]))
+            attempt(recipe, "neighbour", STOP * b["seconds_to_target"])
     return rows
 
 
@@ -588,9 +607,7 @@ def race(data, quick=False, target=TARGET, seeds=SEEDS, log=print, rounds=None, 
             rows.append(row(recipe, "final", [run_to_target(data, recipe, s, target, quick)
                                               for s in range(seeds)]))
         except Exception as e:  # one implementation failing must not hide the others' figures
-            rows.append(dict(recipe._asdict(), optimizer=optimizer(recipe), stage="final", seconds_to_target=None,
-                             seeds=[], failed=True,
-                             note=f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+            rows.append(failed(recipe, "final", e))
         log(line(rows[-1]))
     return rows, summary
 
