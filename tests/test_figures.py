@@ -299,6 +299,12 @@ class RaceBest:
 RACE_BEST = RaceBest
 
 
+def _race_tool():
+    """course.tools.race: the race's rules (its constants)."""
+    from course.tools import race
+    return race
+
+
 def EPOCH_MS(impl, batch):
     """An epoch's milliseconds in the batch-size sweep (scaling-h200.json)."""
     return calc(lambda s: s * 1e3, Json(SCALING, f"rows[impl={impl},batch_size={batch}].epoch_s"))
@@ -466,6 +472,10 @@ FIGURES = [
     Fig("14", "rc1", r"time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
     Fig("14", "q000", r"wall time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
     Fig("14", "rc1", r"first evaluation at ([\d.]+) % or more", calc(lambda t: t * 100, Json(RACE, "target"))),
+    Fig("14", "rc1", r"over the first (\d+) % of the E epochs", calc(lambda: _race_tool().WARMUP * 100,
+        why="course/tools/race.py WARMUP")),
+    Fig("14", "rc1", r"clock passes (\d+) times its side's best", calc(lambda: _race_tool().STOP,
+        why="course/tools/race.py STOP")),
     Fig("14", "rc3", r"at most (\d+) for a constant one", Json(RACE, "max_epochs")),
     Fig("14", "rc3", r"reaches ([\d.]+) % in a median", calc(lambda t: t * 100, Json(RACE, "target"))),
     Fig("14", "rc3", r"in a median ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("course_"))),
