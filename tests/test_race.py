@@ -14,6 +14,7 @@ import course.timing
 from course.tools import race, scaling
 
 RESULTS = Path(__file__).resolve().parent.parent / "notebooks" / "results"
+RACE_JSON = min(p.name for p in RESULTS.glob("race-*.json"))    # one race, named after its GPU
 
 
 def test_linear_schedule_falls_to_zero_over_its_epochs():
@@ -37,21 +38,95 @@ def test_the_clock_stops_at_the_first_point_at_the_target(monkeypatch):
     points = [(0.1, 0.9), (0.2, 0.975), (0.3, 0.99)]
     monkeypatch.setitem(race.RUNNERS, "course_fused", lambda data, recipe, seed, quick: iter(points))
     r = Recipe("course_fused", 64, 0.1, "const", 0.0)
-    secs, epochs, best = race.run_to_target({"course": None}, r, 0, 0.975)
-    assert math.isclose(secs, 0.2) and epochs == 2 / race.EVALS_PER_EPOCH and best == 0.975
+    secs, epochs, best, stopped = race.run_to_target({"course": None}, r, 0, 0.975)
+    assert math.isclose(secs, 0.2) and epochs == 2 / race.EVALS_PER_EPOCH and best == 0.975 and not stopped
+    assert race.run_to_target({"course": None}, r, 0, 0.975, limit=0.05)[::3] == (None, True)   # past the limit
     points[1:] = [(0.2, 0.97)]                      # never at the target
     assert race.run_to_target({"course": None}, r, 0, 0.975)[0] is None
     assert race.time_to_target is __import__("course.race").race.time_to_target
 
 
+def test_onecycle_rises_then_falls_to_zero():
+    r = race.Recipe("pytorch_graph", 1024, 0.32, "onecycle-2", 0.9, True)
+    rates = [race.rate(r, k) for k in range(2 * race.EVALS_PER_EPOCH)]
+    top = rates.index(max(rates))
+    assert 0 < rates[0] < rates[top] <= 0.32 and top > 0 and rates[top:] == sorted(rates[top:], reverse=True)
+    assert 0 < rates[-1] < 0.32 / 4 and race.epochs_of("onecycle-2") == 2
+
+
 def test_both_sides_get_the_same_schedules_and_pytorch_the_wider_sweep():
     grid = race.sweep_grid()
     by = {impl: [r for r in grid if r.impl == impl] for impl in ("course_fused", "pytorch_graph")}
-    assert {r.schedule for r in by["course_fused"]} <= {r.schedule for r in by["pytorch_graph"]}
-    assert {32, 64} <= {r.batch_size for r in by["pytorch_graph"]} and max(r.batch_size for r in by["pytorch_graph"]) >= 2048
-    assert {r.momentum for r in by["pytorch_graph"]} == {0.0, 0.9}
-    assert len(by["pytorch_graph"]) > len(by["course_fused"])
-    assert max(r.batch_size for r in by["course_fused"]) <= 64    # the fused kernel's MAX_BATCH
+    assert {r.schedule for r in by["course_fused"]} <= set(race.SCHEDULES)
+    assert {"const", "linear-3", "onecycle-3"} <= {r.schedule for r in by["pytorch_graph"]}
+    assert {r.batch_size for r in by["pytorch_graph"]} == {32 * 2 ** k for k in range(8)}      # 32 .. 4096
+    assert {race.optimizer(r) for r in by["pytorch_graph"]} == {"sgd", "heavy-ball", "nesterov"}
+    assert {race.optimizer(r) for r in by["course_fused"]} == {"sgd"}                          # the fused kernel's
+    assert max(r.batch_size for r in by["course_fused"]) == race.BATCH_LIMITS["course_fused"][1] == 64
+
+
+def _row(impl, b, lr, t, schedule="const", momentum=0.0, nesterov=False):
+    return race.row(race.Recipe(impl, b, lr, schedule, momentum, nesterov), "sweep", [(t, 2.0, 0.98)])
+
+
+def test_a_best_at_the_edge_of_the_rates_says_edge_and_widens():
+    """A synthetic grid whose fastest recipe has the largest rate tried: 'edge', and the next step doubles it."""
+    rows = [_row("pytorch_graph", b, lr, abs(math.log2(b / 256)) + 0.1 / lr) for b in (128, 256, 512) for lr in (0.1, 0.2, 0.4)]
+    best = race.fastest(rows, "pytorch_graph")
+    assert (best["batch_size"], best["lr"]) == (256, 0.4)
+    v = race.verdict(rows, best)
+    assert v["rate"] == "edge" and v["batch"] == "interior" and v["rate_neighbours"][1] is None
+    new = race.widen(rows, best)
+    assert race.Recipe("pytorch_graph", 256, 0.8, "const", 0.0) in new
+    assert race.Recipe("pytorch_graph", 256, 0.2, "const", 0.0) not in new                    # tried already
+    rows.append(_row("pytorch_graph", 256, 0.8, 1.0))                                          # doubled: slower
+    v = race.verdict(rows, race.fastest(rows, "pytorch_graph"))
+    assert v["rate"] == "interior" and "lr 0.8" in v["rate_neighbours"][1]
+
+
+def test_a_best_at_the_largest_batch_tried_widens_the_batch_or_is_the_largest_supported():
+    rows = [_row("pytorch_graph", b, 0.4, 1.0 / b) for b in (1024, 2048, 4096)]
+    rows += [_row("pytorch_graph", 4096, lr, 1.0) for lr in (0.2, 0.8)]
+    best = race.fastest(rows, "pytorch_graph")
+    v = race.verdict(rows, best)
+    assert best["batch_size"] == 4096 and v["batch"] == "edge" and v["rate"] == "interior"
+    assert {r.batch_size for r in race.widen(rows, best)} == {4096, 8192}                      # twice the batch
+    course = [_row("course_fused", b, 0.4, 1.0 / b) for b in (16, 32, 64)]
+    v = race.verdict(course, race.fastest(course, "course_fused"))
+    assert v["batch"] == "largest supported" and "batch 32" in v["batch_neighbours"][0]
+    assert all(r.batch_size <= 64 for r in race.widen(course, race.fastest(course, "course_fused")))
+    faster = course + [_row("course_fused", 32, 0.8, 1e-3)]                                  # a neighbour wins
+    assert race.verdict(faster, course[-1])["batch"] == "beaten"
+
+
+def _fake_runner(data, recipe, seed, quick=False):
+    """A synthetic side: an interval costs less at larger batches, but takes more intervals away from batch 256
+    (the course: 64) and rate 0.3 (0.03 with momentum; the schedules one more); every point is cumulative."""
+    best_b = 64 if recipe.impl == "course_fused" else 256
+    best_lr = 0.03 if recipe.momentum else 0.3
+    n = 4 + round(4 * abs(math.log2(recipe.lr / best_lr))) + round(3 * abs(math.log2(recipe.batch_size / best_b)))
+    n += recipe.schedule != "const"
+    dt = 1e-3 * (1 + best_b / recipe.batch_size) * (1 + 0.01 * seed)
+    for k in range(race.epochs_of(recipe.schedule) * race.EVALS_PER_EPOCH):
+        yield (k + 1) * dt, 0.98 if k + 1 >= n else 0.9
+
+
+def test_the_search_widens_until_both_optima_are_interior(monkeypatch):
+    """The whole race on synthetic sides: the coarse grid misses both optima's rates; the rounds find them."""
+    for impl in race.RUNNERS:
+        monkeypatch.setitem(race.RUNNERS, impl, _fake_runner)
+    rows, summary = race.race({"course": 1, "pytorch": 1}, seeds=3, log=lambda s: None, rounds=race.ROUNDS)
+    ours, theirs = race.best(rows, "course_"), race.best(rows, "pytorch_")
+    assert (ours["batch_size"], ours["schedule"]) == (64, "const") and len(ours["seeds"]) == 3
+    assert (theirs["batch_size"], theirs["schedule"]) == (256, "const")
+    assert abs(math.log2(ours["lr"] / 0.3)) <= 0.5 and min(abs(math.log2(theirs["lr"] / x)) for x in (0.3, 0.03)) <= 0.5
+    assert summary["pytorch_graph"]["rate"] == summary["pytorch_graph"]["batch"] == "interior"
+    assert summary["course_fused"]["rate"] == "interior"
+    assert summary["course_fused"]["batch"] == "largest supported"
+    assert all(s["rounds"] > 0 for s in summary.values())
+    assert {r["stage"] for r in rows} == {"sweep", "final", "neighbour"}
+    assert any(r.get("stopped") for r in rows)                      # slow recipes cut short
+    assert "interior" in "\n".join(race.table(summary))
 
 
 def test_a_row_has_the_median_only_when_every_seed_got_there():
@@ -82,12 +157,13 @@ def test_quick_race_writes_its_rows(tmp_path):
 
 
 def test_the_committed_race_is_a_fair_one():
-    """race-h200.json: the target, each side swept with one seed, finals over five seeds, PyTorch's sweep wider."""
-    res = json.loads((RESULTS / "race-h200.json").read_text())
-    assert res["target"] == 0.975 and not res["quick"] and res["seeds"] == 5 and "H200" in res["gpu"]
+    """The committed race: the target, each side searched with one seed, finals over five seeds."""
+    res = json.loads((RESULTS / RACE_JSON).read_text())
+    card = RACE_JSON.removeprefix("race-").removesuffix(".json").upper()
+    assert res["target"] == 0.975 and not res["quick"] and res["seeds"] == 5 and card in res["gpu"]
     rows = res["rows"]
     for r in rows:
-        assert r["impl"].startswith(("course_", "pytorch_")) and set(race.Recipe._fields) <= set(r)
+        assert r["impl"].startswith(("course_", "pytorch_")) and set(race.Recipe._fields[:5]) <= set(r)
         assert {"seconds_to_target", "seeds"} <= set(r)
     sweep = {r["impl"]: 0 for r in rows}
     for r in rows:
@@ -95,11 +171,23 @@ def test_the_committed_race_is_a_fair_one():
             sweep[r["impl"]] += 1
             assert len(r["seeds"]) == 1
     assert sweep["pytorch_graph"] >= sweep["course_fused"] > 0
-    finals = [r for r in rows if r["stage"] == "final"]
+    finals = [r for r in rows if r["stage"] in ("final", "neighbour")]
     assert {"course_fused", "pytorch_graph", "pytorch_compile", "pytorch_eager"} <= {r["impl"] for r in finals}
     assert all(len(r["seeds"]) == 5 for r in finals)
-    ours, theirs = race.best(rows, "course_"), race.best(rows, "pytorch_")
-    assert ours and theirs and ours["seconds_to_target"] < theirs["seconds_to_target"]
+    assert race.best(rows, "course_") and race.best(rows, "pytorch_")
+
+
+def test_the_committed_race_records_its_grid_and_verdicts():
+    """The grid searched and each side's verdict are in the JSON, and the verdict is what its rows say."""
+    res = json.loads((RESULTS / RACE_JSON).read_text())
+    if "search" not in res:
+        pytest.skip(f"{RACE_JSON} predates the interior search: run `python -m course race` on a GPU (issue 50)")
+    finals = [r for r in res["rows"] if r["stage"] in ("final", "neighbour")]
+    assert set(res["grid"]["coarse"]) == {"course_fused", "pytorch_graph"} and res["graph_modes"]
+    for impl, s in res["search"].items():
+        side = [r for r in finals if r["impl"] == impl]
+        b = race.fastest(side, impl)
+        assert race.verdict(side, b) == {k: s[k] for k in ("rate", "batch", "rate_neighbours", "batch_neighbours")}
 
 
 def test_the_committed_sweep_covers_every_batch():
