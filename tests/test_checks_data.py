@@ -156,3 +156,12 @@ def test_header_solution_with_extra_validation_passes(capsys):
 
     checks.check_parse_idx_header(strict)
     assert "✓ Exercise 1.1 passed" in capsys.readouterr().out
+
+
+# --- issue 48: answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
+
+ROWS_64 = ("r < out.shape[0]", "r < min(out.shape[0], 64)")  # a row guard hard-coded to the notebook's batch of 64
+
+
+def test_gather_row_guard_hard_coded_to_the_batch_rejected():
+    rejects(checks.check_gather_kernel, mutant(gather_kernel, *ROWS_64), "Exercise 1.3", ["never written"])
