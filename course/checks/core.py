@@ -903,3 +903,33 @@ def _ask_compiler(kernel, spec, argtypes):
     if _gate_worker is None:
         _gate_worker = gate.Worker()
     return _gate_worker.ask(spec, argtypes)
+
+
+# --- sizes past the simulator's reach (issue 48) -------------------------------------------------------------
+
+LARGEST_FLAT = 203_530  # floats in FlatParams of the course's largest MLP, 784-256-10 (each tensor 64-aligned)
+
+
+@contextlib.contextmanager
+def only_blocks(keep):
+    """In the simulator, only the blocks whose blockIdx (a tuple) passes keep(...) run; the others are skipped, so
+    a case of 400,000 threads costs what its few kept blocks cost (a check then expects the elements of the skipped
+    blocks unchanged or unwritten). On a GPU every block runs. Used for one-thread-per-element kernels, whose
+    elements a block owns are known: a guard or a size hard-coded below the course's sizes shows in the last block."""
+    if not course.SIMULATOR:
+        yield
+        return
+    from course import device
+    device.patch_simulator()
+    _, kernel = device.internals()
+    real = kernel.BlockManager.run
+
+    def run(self, grid_point, *args):
+        if keep(tuple(int(b) for b in grid_point)):
+            return real(self, grid_point, *args)
+
+    kernel.BlockManager.run = run
+    try:
+        yield
+    finally:
+        kernel.BlockManager.run = real
