@@ -938,8 +938,9 @@ def only_blocks(keep):
 def run_sampled(exercise, kernel, cases, hint, atol=0.0, rtol=0.0, diagnose=None):
     """Run cases too big for the simulator's threads, as run_cases does one case: a case's `keep(blockIdx)` (a
     tuple, x first) picks the only blocks the simulator runs (only_blocks), and the outputs the other blocks own
-    (one thread per element: x over the last axis, y over the one before) are expected unwritten there. On a GPU
-    every block runs and every element is compared."""
+    (one thread per element: x over the last axis, y over the one before, unless the case's `thread_axes` says
+    otherwise, e.g. (0,) for one thread per row) are expected unwritten there. On a GPU every block runs and
+    every element is compared."""
     __tracebackhide__ = True
     raise_if_unimplemented(kernel)
     for c in cases:
@@ -955,8 +956,9 @@ def _owned_only(c, keep):
     block = _dims(c["block"])
     out = []
     for e in (c["expected"] if isinstance(c["expected"], tuple) else (c["expected"],)):
-        idx = np.indices(e.shape)[::-1][:len(block)]  # x over the last axis, then y
-        owners = zip(*(a.ravel() // b for a, b in zip(idx, block)))
+        axes = c.get("thread_axes", (e.ndim - 1, e.ndim - 2)[:len(block)])  # the axes x (then y) walk
+        idx = np.indices(e.shape)
+        owners = zip(*(idx[a].ravel() // b for a, b in zip(axes, block)))
         mask = np.array([keep(o) for o in owners], bool).reshape(e.shape)
         out.append(np.where(mask, e, np.nan).astype(e.dtype))
     return tuple(out) if isinstance(c["expected"], tuple) else out[0]
