@@ -165,3 +165,13 @@ ROWS_64 = ("r < out.shape[0]", "r < min(out.shape[0], 64)")  # a row guard hard-
 
 def test_gather_row_guard_hard_coded_to_the_batch_rejected():
     rejects(checks.check_gather_kernel, mutant(gather_kernel, *ROWS_64), "Exercise 1.3", ["never written"])
+
+
+def test_checks_of_notebooks_01_to_05_state_their_domain():
+    """Issue 48: each check's docstring lists the inputs it tries (sizes, values, calls, types)."""
+    from conftest import registered_checks
+    mine = {k: fn for k, (module, fn) in registered_checks().items()
+            if module.__name__.rsplit(".", 1)[1] in ("data", "forward", "loss", "grad", "update")}
+    assert len(mine) == 15
+    for number, fn in mine.items():
+        assert "Domain:" in (fn.__doc__ or ""), f"check {number}'s docstring does not list its domain"

@@ -49,7 +49,7 @@ def _run_extra(ex, kernel, cases, hint):
                 owned[b * c["block"]:(b + 1) * c["block"]] = True
             c["steps"] = [(g, sc, tuple(np.where(owned, e, s0) for e, s0 in zip(exp, c["state"])))
                           for g, sc, exp in c["steps"]]
-        with only_blocks(lambda b: keep is None or b[0] in keep):
+        with only_blocks(lambda b, keep=keep: keep is None or b[0] in keep):
             _run_inplace_case(ex, kernel, c, hint, c.pop("atol"), INPLACE_RTOL, ON_THIS_DEVICE)
 
 
@@ -82,7 +82,8 @@ def check_sgd_kernel(sgd_kernel, seed=0):
     (twice the course's largest FlatParams, 784-256-10; in the simulator only that case's first and last
     blocks run); p and g of both signs, a tenth of g exactly 0 (dead ReLU units), and a case where every value is
     about 1e-7, checked to a tolerance of that scale (a skipped small gradient shows); 5 steps in a row on the
-    same buffers, a fresh gradient each (2 for the tiny and the big case); lr an np.float32 in [0.05, 0.5], as the launchers pass it."""
+    same buffers, a fresh gradient each (2 for the tiny and the big case); lr an np.float32 in [0.05, 0.5], as
+    the launchers pass it."""
     rng = np.random.default_rng(seed)
 
     def case(k, name, n, grid, block, scale, count=STEPS):
