@@ -175,3 +175,13 @@ def test_checks_of_notebooks_01_to_05_state_their_domain():
     assert len(mine) == 15
     for number, fn in mine.items():
         assert "Domain:" in (fn.__doc__ or ""), f"check {number}'s docstring does not list its domain"
+
+
+@pytest.mark.parametrize("key", ["bytes(buf[:4])", "len(buf)"], ids=["by magic", "by length"])
+def test_header_cached_across_calls_rejected(key):
+    # issue 48's class "never called twice": the first result for a magic (or a length) comes back for every
+    # later header that shares it; the check parses 24 headers in one process, many sharing both
+    wrong = mutant(parse_idx_header, "    return np.dtype(IDX_TYPES[code]), shape, offset",
+                   f"    return _CACHE.setdefault({key}, (np.dtype(IDX_TYPES[code]), shape, offset))",
+                   scope={"_CACHE": {}})
+    rejects(checks.check_parse_idx_header, wrong, "Exercise 1.1", ["expected"])
