@@ -156,3 +156,32 @@ def test_header_solution_with_extra_validation_passes(capsys):
 
     checks.check_parse_idx_header(strict)
     assert "✓ Exercise 1.1 passed" in capsys.readouterr().out
+
+
+# --- issue 48: answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
+
+ROWS_64 = ("r < out.shape[0]", "r < min(out.shape[0], 64)")  # a row guard hard-coded to the notebook's batch of 64
+
+
+def test_gather_row_guard_hard_coded_to_the_batch_rejected():
+    rejects(checks.check_gather_kernel, mutant(gather_kernel, *ROWS_64), "Exercise 1.3", ["never written"])
+
+
+def test_checks_of_notebooks_01_to_05_state_their_domain():
+    """Issue 48: each check's docstring lists the inputs it tries (sizes, values, calls, types)."""
+    from conftest import registered_checks
+    mine = {k: fn for k, (module, fn) in registered_checks().items()
+            if module.__name__.rsplit(".", 1)[1] in ("data", "forward", "loss", "grad", "update")}
+    assert len(mine) == 15
+    for number, fn in mine.items():
+        assert "Domain:" in (fn.__doc__ or ""), f"check {number}'s docstring does not list its domain"
+
+
+@pytest.mark.parametrize("key", ["bytes(buf[:4])", "len(buf)"], ids=["by magic", "by length"])
+def test_header_cached_across_calls_rejected(key):
+    # issue 48's class "never called twice": the first result for a magic (or a length) comes back for every
+    # later header that shares it; the check parses 24 headers in one process, many sharing both
+    wrong = mutant(parse_idx_header, "    return np.dtype(IDX_TYPES[code]), shape, offset",
+                   f"    return _CACHE.setdefault({key}, (np.dtype(IDX_TYPES[code]), shape, offset))",
+                   scope={"_CACHE": {}})
+    rejects(checks.check_parse_idx_header, wrong, "Exercise 1.1", ["expected"])

@@ -1,6 +1,6 @@
 """Notebook 02's checks pass the solutions and reject planted wrong kernels (including missing barriers)."""
 import pytest
-from conftest import mutant, mutated
+from conftest import mutant, mutated, rejects
 
 import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 
@@ -89,3 +89,40 @@ RELU = "if relu and acc < float32(0.0):"
 def test_linear_check_rejects(edits):
     with pytest.raises(CheckFailure, match="Exercise 2.3 failed"):
         checks.check_linear_kernel(mutated(linear_kernel, *edits))
+
+
+# --- issue 48: answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
+# Classes: a row guard hard-coded to the notebook's batch (64), a sum over at most 64 terms (the notebook's K is
+# 784), an output written only where the sum is non-zero (random inputs never sum to exactly 0), a ReLU applied
+# only when the flag equals 1 (the spec: any non-zero value).
+
+NONZERO_ONLY = "if acc != 0:\n            {0} = acc"
+
+
+@pytest.mark.parametrize("check, solution, edits, says", [
+    pytest.param(checks.check_matmul_kernel, matmul_v1_kernel, [("row < C.shape[0]", "row < min(C.shape[0], 64)")],
+                 ["never written"], id="2.1 row guard of 64"),
+    pytest.param(checks.check_matmul_kernel, matmul_v1_kernel, [("range(A.shape[1])", "range(min(A.shape[1], 64))")],
+                 ["expected"], id="2.1 sum over at most 64"),
+    pytest.param(checks.check_matmul_kernel, matmul_v1_kernel,
+                 [("C[row, col] = acc", NONZERO_ONLY.format("C[row, col]"))], ["never written"],
+                 id="2.1 written only where non-zero"),
+    pytest.param(checks.check_tiled_matmul, "tile_dot",
+                 [("if row < A.shape[0] and", "if row < min(A.shape[0], 64) and")], ["expected"],
+                 id="2.2 row guard of 64"),
+    pytest.param(checks.check_tiled_matmul, "tile_dot",
+                 [("range(0, A.shape[1], TILE)", "range(0, min(A.shape[1], 64), TILE)")], ["expected"],
+                 id="2.2 sum over at most 64"),
+    pytest.param(checks.check_tiled_matmul, matmul_v2_kernel,
+                 [("C[row, col] = acc", NONZERO_ONLY.format("C[row, col]"))], ["never written"],
+                 id="2.2 written only where non-zero"),
+    pytest.param(checks.check_linear_kernel, linear_kernel, [("if relu and", "if relu == 1 and")], ["expected"],
+                 id="2.3 ReLU only when relu == 1"),
+    pytest.param(checks.check_linear_kernel, linear_kernel, [("Y[row, col] = acc", NONZERO_ONLY.format("Y[row, col]"))],
+                 ["never written"], id="2.3 written only where non-zero"),
+    pytest.param(checks.check_linear_kernel, linear_kernel, [("row < Y.shape[0]", "row < min(Y.shape[0], 64)")],
+                 ["never written"], id="2.3 row guard of 64"),
+])
+def test_answers_for_the_notebooks_inputs_only_rejected(check, solution, edits, says):
+    wrong = tiled_with(*edits) if solution == "tile_dot" else mutated(solution, *edits)
+    rejects(check, wrong, f"Exercise {check.exercise}", says)

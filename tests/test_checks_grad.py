@@ -52,3 +52,29 @@ ON = "H[r, i] > float32(0.0)"
 def test_dhidden_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 4.3 failed"):
         checks.check_dhidden_kernel(mutant(dhidden_kernel, old, new))
+
+
+# --- issue 48: answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
+# Classes: a row guard hard-coded to the notebook's batch (64), a sum over at most 64 rows, an output written only
+# where it is non-zero (random probabilities are never exactly 0 or 1, random products never sum to exactly 0).
+
+@pytest.mark.parametrize("check, solution, old, new", [
+    pytest.param(checks.check_dlogits_kernel, dlogits_kernel, "r < dZ.shape[0]", "r < min(dZ.shape[0], 64)",
+                 id="4.1 row guard of 64"),
+    pytest.param(checks.check_dlogits_kernel, dlogits_kernel, "dZ[r, j] = (",
+                 "if probs[r, j] != onehot:\n            dZ[r, j] = (", id="4.1 written only where non-zero"),
+    pytest.param(checks.check_matmul_tn_kernel, matmul_tn_kernel, "range(A.shape[0])", "range(min(A.shape[0], 64))",
+                 id="4.2 sum over at most 64 rows"),
+    pytest.param(checks.check_matmul_tn_kernel, matmul_tn_kernel, "i < C.shape[0]", "i < min(C.shape[0], 64)",
+                 id="4.2 row guard of 64"),
+    pytest.param(checks.check_matmul_tn_kernel, matmul_tn_kernel, "C[i, j] = acc",
+                 "if acc != 0:\n            C[i, j] = acc", id="4.2 written only where non-zero"),
+    pytest.param(checks.check_dhidden_kernel, dhidden_kernel, "r < dH.shape[0]", "r < min(dH.shape[0], 64)",
+                 id="4.3 row guard of 64"),
+    pytest.param(checks.check_dhidden_kernel, dhidden_kernel, "dH[r, i] = acc",
+                 "if acc != 0 or not H[r, i] > float32(0.0):\n            dH[r, i] = acc",
+                 id="4.3 written only where the sum is non-zero"),
+])
+def test_answers_for_the_notebooks_inputs_only_rejected(check, solution, old, new):
+    with pytest.raises(CheckFailure, match=f"Exercise {check.exercise} failed"):
+        check(mutant(solution, old, new))

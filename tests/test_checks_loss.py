@@ -263,3 +263,27 @@ def test_mean_with_another_block_size_passes(capsys):
 def test_reduction_that_reduces_in_x_itself_rejected():
     wrong = mutant(L.sum_kernel, "        s[tid] = x[i]\n", "        s[tid] = x[i]\n        x[i] = np.float32(0.0)\n")
     rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", ["wrote into its input x"])
+
+
+# --- issue 48: answers that fit only the notebook's inputs (sizes, values, one call), planted before the check
+# changed: a row guard hard-coded to the notebook's batch (64), a sum that adds only positive values (the spec
+# allows any float32), a launcher that caches its result across calls ---
+
+def test_softmax_row_guard_hard_coded_to_the_batch_rejected():
+    wrong = mutant(L.softmax_xent_kernel, "r < logits.shape[0]", "r < min(logits.shape[0], 64)")
+    rejects(checks.check_softmax_xent_kernel, wrong, "Exercise 3.1", ["never written"])
+
+
+@pytest.mark.parametrize("edits", [
+    pytest.param([("s[tid] = x[i]", "s[tid] = max(x[i], np.float32(0.0))")], id="loads only positive values"),
+    pytest.param([("cuda.atomic.add(total, 0, s[0])", "if s[0] > 0:\n            cuda.atomic.add(total, 0, s[0])")],
+                 id="adds a block's sum only when positive"),
+])
+def test_sum_of_positive_values_only_rejected(edits):
+    rejects(checks.check_sum_kernel, mutated(L.sum_kernel, *edits), "Exercise 3.2", ["total[0] should be"])
+
+
+def test_mean_cached_across_calls_rejected():
+    # the first out computed for a length comes back for every later call of that length, whatever x holds
+    wrong = mutant(L.batch_mean, "return out", "return _CACHE.setdefault(n, out)", scope={"_CACHE": {}})
+    rejects(checks.check_batch_mean, wrong, "Exercise 3.3", ["the mean of x is", "did not return"])

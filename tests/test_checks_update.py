@@ -6,6 +6,7 @@ from numba import cuda
 
 import course
 
+from course.checks import core
 from course.checks import update as checks
 from course.update import adam_kernel, momentum_kernel, sgd_kernel
 
@@ -102,15 +103,23 @@ def test_unimplemented_stub_raises_the_exercise_message():
 
 
 def test_cases_are_random_odd_sized_multi_step_and_varied():
-    cases = []
-    original = checks.run_inplace_steps
+    cases, extra = [], []
+    original = checks.run_inplace_steps, checks._run_extra
     try:
-        checks.run_inplace_steps = lambda ex, k, c, **kw: cases.extend(c)
+        checks.run_inplace_steps = lambda ex, k, c, **kw: cases.extend(c) or ""
+        checks._run_extra = lambda ex, k, c, hint: extra.extend(c)
         checks.check_sgd_kernel(sgd_kernel)
         checks.check_momentum_kernel(momentum_kernel)
         checks.check_adam_kernel(adam_kernel)
     finally:
-        checks.run_inplace_steps = original
+        checks.run_inplace_steps, checks._run_extra = original
+    # issue 48's domain: past twice the course's largest parameter buffer, values of 1e-7 at a tolerance of that
+    # scale, gradients exactly 0
+    assert len(extra) == 6
+    assert sum(c["state"][0].size > 2 * core.LARGEST_FLAT and c["state"][0].size % c["block"] != 0 for c in extra) == 3
+    tiny = [c for c in extra if np.abs(c["state"][0]).max() < 1e-5]
+    assert len(tiny) == 3 and all(c["atol"] <= 1e-12 for c in tiny)
+    assert all((c["steps"][0][0] == 0).mean() > 0.05 for c in cases + extra if c["state"][0].size > 50)
     gpu = 3 * (not course.SIMULATOR)  # a GPU adds one case per check: the largest block (on_a_gpu)
     assert len(cases) == 12 + gpu
     assert sum(c["state"][0].size % c["block"] != 0 for c in cases) == 9 + gpu  # the last block sticks out
@@ -146,3 +155,28 @@ def test_cases_are_random_odd_sized_multi_step_and_varied():
 def test_a_wrong_state_array_is_named_before_the_parameters(check, solution, exercise, edits, array, says):
     msg = rejects(check, mutated(solution, *edits), f"Exercise {exercise}", [f"(array {array})"])
     assert says in msg, msg
+
+
+# --- issue 48: answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
+# Classes: a guard against the MLP's parameter count (FlatParams of 784-256-10 holds 203,530 floats: the check's
+# sizes stopped at 131,072 on a GPU and 301 in the simulator), gradients below a threshold (or exactly 0, as a
+# dead ReLU unit's are) skipped.
+
+PARAMS_256 = ("i < p.size", "i < min(p.size, 203_530)")
+SMALL_SKIPPED = ("if i < p.size:", "if i < p.size and abs(g[i]) > 1e-6:")
+ZERO_SKIPPED = ("if i < p.size:", "if i < p.size and g[i] != 0:")
+
+
+@pytest.mark.parametrize("check, solution, edit", [
+    pytest.param(checks.check_sgd_kernel, sgd_kernel, PARAMS_256, id="5.1 guard of the MLP's parameter count"),
+    pytest.param(checks.check_sgd_kernel, sgd_kernel, SMALL_SKIPPED, id="5.1 small gradients skipped"),
+    pytest.param(checks.check_momentum_kernel, momentum_kernel, PARAMS_256,
+                 id="5.2 guard of the MLP's parameter count"),
+    pytest.param(checks.check_momentum_kernel, momentum_kernel, SMALL_SKIPPED, id="5.2 small gradients skipped"),
+    pytest.param(checks.check_momentum_kernel, momentum_kernel, ZERO_SKIPPED, id="5.2 zero gradients skipped"),
+    pytest.param(checks.check_adam_kernel, adam_kernel, PARAMS_256, id="5.3 guard of the MLP's parameter count"),
+    pytest.param(checks.check_adam_kernel, adam_kernel, SMALL_SKIPPED, id="5.3 small gradients skipped"),
+    pytest.param(checks.check_adam_kernel, adam_kernel, ZERO_SKIPPED, id="5.3 zero gradients skipped"),
+])
+def test_answers_for_the_notebooks_inputs_only_rejected(check, solution, edit):
+    rejects(check, mutant(solution, *edit), f"Exercise {check.exercise}", STALE + WRONG)

@@ -19,7 +19,11 @@ from course.util import cdiv
   dtype = np.dtype(">u1" / ">i1" / ">i2" / ">i4" / ">f4" / ">f8" for codes 08 09 0B 0C 0D 0E)
   return dtype, shape, 4 + 4 * ndim      # a header with no payload byte after it is still valid""")
 def check_parse_idx_header(parse_idx_header, seed=0):
-    """Exercise 1.1: random valid headers parse to (dtype, shape, offset); malformed ones raise ValueError."""
+    """Exercise 1.1: random valid headers parse to (dtype, shape, offset); malformed ones raise ValueError.
+
+    Domain: every type code of the spec, 1 to 4 dimensions, sizes from 0 to 2**31 (unsigned), with and without
+    payload bytes, 20 calls with different headers in one process; malformed: a wrong magic (either byte), an
+    unknown code, 0 dimensions, buffers cut short anywhere, b''. Types: a NumPy dtype, Python ints."""
     ex = "Exercise 1.1"
     rng = np.random.default_rng(seed)
     codes = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -101,7 +105,10 @@ def _check_header(ex, parse_idx_header, codes, code, shape, payload, rng):
   if i < out.size:            # the last block has threads past the end
       out[i] = x[i] / np.float32(255.0)   # float32, not 255 (an int) or 255.0 (a float64)""")
 def check_scale_kernel(scale_kernel, seed=0):
-    """Exercise 1.2: out[i] = x[i] / 255 for a flat uint8 x, over odd and whole-block sizes and launch shapes."""
+    """Exercise 1.2: out[i] = x[i] / 255 for a flat uint8 x, over odd and whole-block sizes and launch shapes.
+
+    Domain: every uint8 value (0 and 255 included), sizes from 7 to 100,003 (1,003 in the simulator) and one of
+    60,000 x 16 whole blocks, blocks of 32 to 1024 threads (1024 on a GPU only)."""
     rng = np.random.default_rng(seed)
     cases = []
     for n, block in ((course.pick(100_003, 1_003), 128), (course.pick(54_321, 517), 32), (7, 64),
@@ -125,10 +132,15 @@ def check_scale_kernel(scale_kernel, seed=0):
   if r < out.shape[0] and c < out.shape[1]:
       out[r, c] = X[idx[r], c]""")
 def check_gather_kernel(gather_kernel, seed=0):
-    """Exercise 1.3: out[r, c] = X[idx[r], c], 2-D grid (x over columns), odd and whole-block sizes."""
+    """Exercise 1.3: out[r, c] = X[idx[r], c], 2-D grid (x over columns), odd and whole-block sizes.
+
+    Domain: X of N(0, 1) float32 (both signs), idx int64 rows of a permutation (as the course's batches are),
+    batches of 8 to 300 rows (more than twice the notebook's 64: one tall, narrow case), 7 to 97 columns, blocks
+    (8, 8) to (32, 32) (the largest on a GPU only), spare threads in x and in y."""
     rng = np.random.default_rng(seed)
     cases = []
     for (n, d, b), block in (((113, 45, 37), (16, 8)), ((61, 97, 29), (32, 4)), ((40, 7, 40), (8, 8)),
+                             ((311, 2, 300), (2, 64)),  # a batch past twice the notebook's 64 rows, 2 columns
                              *on_a_gpu(((50, 21, 19), (32, 32))),  # the largest block there is
                              ((70, 32, 24), (16, 8)), ((50, 64, 8), (32, 4))):  # the last two: whole blocks
         X = rng.standard_normal((n, d)).astype(np.float32)

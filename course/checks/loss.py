@@ -16,7 +16,7 @@ import course
 from course.device import in_kernel_thread
 from course.checks.core import (MAX_THREADS, ON_THIS_DEVICE, CheckFailure, CheckSignal, _sticky, code_names,
                                 divergent_barriers, exercise, fail, launch, on_a_gpu, padded_input, padded_output,
-                                run_cases, simulator_eyes)
+                                run_cases, run_sampled, simulator_eyes)
 from course.util import cdiv
 
 
@@ -59,7 +59,12 @@ def _logits(rng, B, C, large):
       losses[r] = math.log(s) - (logits[r, y[r]] - m)      # never -log(probs[r, y[r]]): it can underflow to 0""")
 def check_softmax_xent_kernel(softmax_xent_kernel, seed=0):
     """Exercise 3.1: one thread per row writes probs (B, C) and losses (B,); moderate logits, then ones near ±100
-    (some rows far below 0, some whose last logit leads by more than exp can take)."""
+    (some rows far below 0, some whose last logit leads by more than exp can take).
+
+    Domain: logits N(0, 3) and uniform in ±100 (rows below -150, a last logit leading by 90 to 120: exp
+    overflows or underflows without the max), rows whose logits all tie; C of 3 to 13 (the course's 10); int32
+    and int64 labels; B from 9 to 300 rows (past twice the notebook's batch of 64; in the simulator only the
+    first and last blocks of that case run) and 60,001 on a GPU; blocks 8 to 1024 (1024 on a GPU only)."""
     ex = "Exercise 3.1"
     rng = np.random.default_rng(seed)
     specs = {False: [(37, 10, 32, np.int64), (50, 7, 16, np.int32), *on_a_gpu((41, 10, MAX_THREADS, np.int64)),
@@ -103,9 +108,18 @@ def check_softmax_xent_kernel(softmax_xent_kernel, seed=0):
             raise CheckFailure(f"{msg}\n  Your kernel passed the cases with moderate logits. With logits near "
                                "±100 a NaN or inf means exp overflowed (exp(89) is inf in float32) or a whole "
                                "row underflowed to 0 (0 / 0 is NaN), not that the element was skipped.") from None
+    z = (rng.standard_normal((300, 3)) * 3).astype(np.float32)  # a batch past twice the notebook's 64 rows
+    z[::7] = z[::7, :1]                                           # every 7th row: all its logits tie
+    y = rng.integers(0, 3, 300)
+    losses, probs = _softmax_xent_rows64(z, y)
+    grid = cdiv(300, 32)
+    run_sampled(ex, softmax_xent_kernel, [dict(
+        name="logits (300, 3) N(0, 3), every 7th row tied, int64 labels", grid=grid, block=32, inputs=[z, y],
+        expected=(probs.astype(np.float32), losses.astype(np.float32)), thread_axes=(0,),
+        keep=lambda b: b[0] in (0, grid - 1))], hints[False] + " (every row, whatever the batch size)", **tol)
     blocks = sorted({c["block"] for group in cases.values() for c in group})
-    return (f"{sum(map(len, cases.values()))} random cases (half of them with logits near ±100), "
-            f"blocks {', '.join(map(str, blocks))}")
+    return (f"{sum(map(len, cases.values())) + 1} random cases (half of them with logits near ±100, one of 300 "
+            f"rows), blocks {', '.join(map(str, blocks))}")
 
 
 MAX_BLOCK = 1024  # the largest block 3.2's spec allows (notebook 03's MAX_BLOCK): its check launches one
@@ -186,7 +200,12 @@ def _short(lines):
       step = half
   if tid == 0: cuda.atomic.add(total, 0, s[0])""")
 def check_sum_kernel(sum_kernel, seed=0):
-    """Exercise 3.2: total[0] += sum(x), a shared-memory tree per block and one atomic add per block."""
+    """Exercise 3.2: total[0] += sum(x), a shared-memory tree per block and one atomic add per block.
+
+    Domain: x positive (a dropped or doubled element always shows) and, in two cases (96 and 300), of both signs
+    with exact zeros (the spec allows any float32: a block's sum can be negative or 0); total starting anywhere in
+    ±50; n from 5 to 1,000 (1,000,003 and 1,024,000 on a GPU); blocks 8 to 1024, powers of two and not, the last
+    block part full or whole."""
     ex = "Exercise 3.2"
     hint = ("look at the load (every cell of the block written, a 0 past the end of x), at the barriers (after "
             "the load and after every tree step, reached by EVERY thread of the block), at how an odd step is "
@@ -199,8 +218,10 @@ def check_sum_kernel(sum_kernel, seed=0):
     shapes = [(5, 8), (100, 32), (130, 48), (64, 32), (96, 48), (300, 256), (1000, MAX_BLOCK),
               (course.pick(1_000_003, 75), course.pick(256, 20)), (course.pick(256 * 4000, 60), course.pick(256, 20))]
     cases = []
-    for n, block in shapes:
+    for k, (n, block) in enumerate(shapes):
         x = rng.uniform(0.5, 1.5, n).astype(np.float32)  # positive: a dropped or doubled element always shows
+        if k in (4, 5):                                   # any float32: both signs, exact zeros
+            x = (rng.uniform(-1.5, 1.5, n) * (rng.random(n) > 0.05)).astype(np.float32)
         start = np.float32(rng.uniform(-50, 50))          # total starts here: the kernel adds, it does not set
         cases.append(dict(n=n, block=block, x=x, start=start, grid=cdiv(n, block)))
     for c in cases:
@@ -250,7 +271,8 @@ def _sum_case(ex, sum_kernel, c, hint, on):
     got, want = float(total.guards(ex, case, hint)[0]), float(start) + float(x.astype(np.float64).sum())
     diff = got - want
     # float32: a tree of n positive numbers is off by at most ~log2(n) ulps of the total; allow 1e-5
-    if not abs(diff) <= 1e-5 * (abs(float(start)) + float(x.sum())):
+    positive = bool((x > 0).all())  # the diagnoses below count elements of a positive x
+    if not abs(diff) <= 1e-5 * (abs(float(start)) + float(np.abs(x).sum())):
         sums = x.astype(np.float64).reshape(-1)
         partials = [sums[b * block:(b + 1) * block].sum() for b in range(grid)]
         msg = f"total[0] should be {want:.5f} (start + sum(x)) but is {got:.5f}"
@@ -258,6 +280,9 @@ def _sum_case(ex, sum_kernel, c, hint, on):
             msg += (". NaN: a tree step read a shared cell that no thread had written yet (the check fills "
                     "shared memory with NaN): a cuda.syncthreads() is missing after the load or after a "
                     "step, or threads past the end of x did not store 0")
+        elif not positive:
+            msg += (": x has values of both signs and zeros here (the spec allows any float32): is every value "
+                    "added, whatever its sign, and every block's sum, negative too?")
         elif any(abs(got - p) < 1e-3 * abs(p) for p in partials) or abs(got - (want - start)) < 1e-3 * want:
             msg += (". That is one block's sum, or the sum without the starting value: total[0] was "
                     "overwritten (=) instead of added to (cuda.atomic.add)")
@@ -406,7 +431,11 @@ def _threads(dims):
 def check_batch_mean(batch_mean, seed=0):
     """Exercise 3.3: batch_mean(x, out=None, stream=0) leaves mean(x) in out (1,) on the device, on every call,
     with sum_kernel launched on cdiv(n, THREADS) blocks of THREADS threads, every launch on the stream given, and
-    no copy between host and device."""
+    no copy between host and device.
+
+    Domain: 4 calls in one process, with different data each time (two x of the same length, one with a negative
+    mean), n = 37 and 100,003 (300 in the simulator), out None, the out a call returned, and an out holding junk;
+    the default stream and a stream of its own. Types: a (1,) float32 device array, returned."""
     from numba import cuda
 
     from course.loss import THREADS
@@ -417,6 +446,7 @@ def check_batch_mean(batch_mean, seed=0):
     rng = np.random.default_rng(seed)
     n_big = course.pick(100_003, 300)
     x37 = rng.uniform(0.5, 1.5, 37).astype(np.float32)
+    x37b = rng.uniform(-1.5, 0.5, 37).astype(np.float32)  # another x of that length, its mean negative
     xbig = rng.uniform(0.5, 1.5, n_big).astype(np.float32)
     junk = cuda.to_device(np.array([rng.uniform(500, 1000)], np.float32))  # an `out` that holds an old value
     junk_value = float(junk.copy_to_host()[0])
@@ -424,7 +454,8 @@ def check_batch_mean(batch_mean, seed=0):
     calls = [("n=37, out=None", x37, None, None), ("n=37 again, into the out the first call returned", x37, "prev",
                                                    None),
              (f"n={n_big}, into an out that holds {junk_value:.2f}", xbig, junk, None),
-             ("n=37, out=None, on a stream of its own (stream=...)", x37, None, stream)]
+             ("another x of n=37 (negative mean), out=None, on a stream of its own (stream=...)", x37b, None,
+              stream)]
     prev, blocks_seen = None, set()
     for what, x, out, on in calls:
         case = f"with {what}"
@@ -479,7 +510,7 @@ def check_batch_mean(batch_mean, seed=0):
                  "per array cannot go past 1024 threads; keep the block at THREADS and let the grid grow", hint)
         got = float(got_arr.copy_to_host()[0])
         want = float(x.astype(np.float64).mean())
-        if not abs(got - want) <= 1e-5 * want:  # float32 sum of positive numbers: relative error well below 1e-5
+        if not abs(got - want) <= 1e-5 * float(np.abs(x).mean()):  # float32 sum: error well below 1e-5 of sum|x|
             msg = f"the mean of x is {want:.6f}, out holds {got:.6f}"
             n = len(x)
             if abs(got - want * n) <= 1e-4 * want * n:

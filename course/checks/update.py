@@ -9,16 +9,55 @@ back, or uses it in the wrong order, drifts from the reference by the second ste
 import numpy as np
 
 import course
-from course.checks.core import MAX_THREADS, exercise, on_a_gpu, run_inplace_steps
+from course.checks.core import (INPLACE_ATOL, INPLACE_RTOL, LARGEST_FLAT, MAX_THREADS, ON_THIS_DEVICE,
+                                _run_inplace_case, exercise, on_a_gpu, only_blocks, run_inplace_steps)
 from course.update import adam_ref, momentum_ref, sgd_ref
 from course.util import cdiv
 
 STEPS = 5          # consecutive steps per case, on the same device buffers
+BIG = 2 * LARGEST_FLAT + 37  # past twice the course's largest flat parameter buffer (784-256-10: 203,530 floats)
+BIG_BLOCK = 128    # the big case's block: in the simulator only its first and last blocks run (core.only_blocks)
+EXTRA_STEPS = 2    # steps of the tiny-valued and the big case (a size or a skipped gradient shows in the first)
+TINY = 1e-7        # the scale of every value in the tiny case (parameters, gradients, state)
+ZEROS = 0.1        # the share of gradients that are exactly 0 (a dead ReLU unit's row of dW1 is)
+
+def _extra_shapes():
+    """The extra cases of an update check: (name, n, grid, block, scale, atol, keep) for the tiny-valued case and
+    the one past the course's largest parameter buffer (keep: the blocks the simulator runs)."""
+    big_grid = cdiv(BIG, BIG_BLOCK)
+    return [("every value ~1e-7", 97, cdiv(97, 32), 32, TINY, INPLACE_ATOL * TINY, None),
+            (f"n={BIG:,} (twice the 784-256-10 MLP's parameters)", BIG, big_grid, BIG_BLOCK, 1.0, INPLACE_ATOL,
+             {0, big_grid - 1})]
+
+
+def _gradient(rng, n, scale=1.0):
+    """N(0, scale) gradients with a tenth of them exactly 0, as a dead ReLU unit gives."""
+    g = (scale * rng.standard_normal(n)).astype(np.float32)
+    g[rng.choice(n, int(n * ZEROS), replace=False)] = 0
+    return g
+
+
+def _run_extra(ex, kernel, cases, hint):
+    """Run the tiny-valued and the big case (each with its own tolerance; the big one on a few blocks in the
+    simulator, its other elements expected unchanged)."""
+    __tracebackhide__ = True
+    for c in cases:
+        keep = c.pop("keep", None)
+        if keep is not None and course.SIMULATOR:
+            owned = np.zeros(c["state"][0].size, bool)
+            for b in keep:
+                owned[b * c["block"]:(b + 1) * c["block"]] = True
+            c["steps"] = [(g, sc, tuple(np.where(owned, e, s0) for e, s0 in zip(exp, c["state"])))
+                          for g, sc, exp in c["steps"]]
+        with only_blocks(lambda b, keep=keep: keep is None or b[0] in keep):
+            _run_inplace_case(ex, kernel, c, hint, c.pop("atol"), INPLACE_RTOL, ON_THIS_DEVICE)
+
+
 def _shapes():
     """(n, grid, block) per case: sizes that are not multiples of the block (the third case launches a spare
     block of threads that are all past the end), then one that is (every block full)."""
     out = []
-    for n, block, spare in ((course.pick(100_003, 301), 128, 0), (course.pick(54_321, 97), 32, 0), (7, 64, 1),
+    for n, block, spare in ((course.pick(100_003, 173), 128, 0), (course.pick(54_321, 97), 32, 0), (7, 64, 1),
                             *on_a_gpu((1_000, MAX_THREADS, 0)), (course.pick(1024 * 128, 256), 128, 0)):
         out.append((n, cdiv(n, block) + spare, block))
     return out
@@ -37,22 +76,30 @@ def _f32(x):
   if i < p.size:
       p[i] = p[i] - lr * g[i]        # downhill (minus), written back into p; g is only read""")
 def check_sgd_kernel(sgd_kernel, seed=0):
-    """Exercise 5.1: p[i] -= lr * g[i] in place, several steps, odd sizes, several launch shapes."""
+    """Exercise 5.1: p[i] -= lr * g[i] in place, several steps, odd sizes, several launch shapes.
+
+    Domain: sizes below, at and past a whole number of blocks and a spare block, up to BIG = 407,097 parameters
+    (twice the course's largest FlatParams, 784-256-10; in the simulator only that case's first and last
+    blocks run); p and g of both signs, a tenth of g exactly 0 (dead ReLU units), and a case where every value is
+    about 1e-7, checked to a tolerance of that scale (a skipped small gradient shows); 5 steps in a row on the
+    same buffers, a fresh gradient each (2 for the tiny and the big case); lr an np.float32 in [0.05, 0.5], as
+    the launchers pass it."""
     rng = np.random.default_rng(seed)
-    cases = []
-    for n, grid, block in _shapes():
-        p = rng.standard_normal(n).astype(np.float32)
+
+    def case(k, name, n, grid, block, scale, count=STEPS):
+        p = (scale * rng.standard_normal(n)).astype(np.float32)
         lr = _f32(rng.uniform(0.05, 0.5))
         steps, cur = [], p
-        for _ in range(STEPS):
-            g = rng.standard_normal(n).astype(np.float32)
+        for _ in range(count):
+            g = _gradient(rng, n, scale)
             cur = sgd_ref(cur, g, lr)
             steps.append((g, (lr,), (cur,)))
-        cases.append(dict(name=f"n={n}, lr={lr:.3f}", grid=grid, block=block, names=("p",), state=[p],
-                          steps=steps))
-    return run_inplace_steps("Exercise 5.1", sgd_kernel, cases,
-                             hint="look at the direction of the step (downhill), at whether the new value is "
-                                  "stored back into p (in place), and at the guard for threads past the end")
+        return dict(name=f"{name}, lr={lr:.3f}", grid=grid, block=block, names=("p",), state=[p], steps=steps)
+
+    hint = ("look at the direction of the step (downhill), at whether the new value is stored back into p (in "
+            "place), at the guard for threads past the end (p.size, whatever it is), and at whether every "
+            "parameter is updated, however small its gradient")
+    return _run_all("Exercise 5.1", sgd_kernel, case, hint)
 
 
 @exercise("5.2", nudges=(
@@ -67,27 +114,32 @@ def check_sgd_kernel(sgd_kernel, seed=0):
       v[i] = vi                  # ... stored for the next step ...
       p[i] -= lr * vi            # ... and the step along the NEW velocity""")
 def check_momentum_kernel(momentum_kernel, seed=0):
-    """Exercise 5.2: v = mu*v + g; p -= lr*v (PyTorch's convention), several steps so v must be stored back."""
+    """Exercise 5.2: v = mu*v + g; p -= lr*v (PyTorch's convention), several steps so v must be stored back.
+
+    Domain: as 5.1's (sizes up to 407,097 parameters, a tenth of the gradients exactly 0, a case of values about
+    1e-7 at a tolerance of that scale, 5 steps), v = 0 at first (as training starts) in the first case and random
+    (mid-training) in the others; lr, mu np.float32."""
     rng = np.random.default_rng(seed + 1)
-    cases = []
-    for k, (n, grid, block) in enumerate(_shapes()):
-        p = rng.standard_normal(n).astype(np.float32)
+
+    def case(k, name, n, grid, block, scale, count=STEPS):
+        p = (scale * rng.standard_normal(n)).astype(np.float32)
         # the first case starts like training does (v = 0); the others mid-training, with velocity already built up
-        v = np.zeros(n, np.float32) if k == 0 else rng.standard_normal(n).astype(np.float32)
+        v = np.zeros(n, np.float32) if k == 0 else (scale * rng.standard_normal(n)).astype(np.float32)
         lr, mu = _f32(rng.uniform(0.05, 0.3)), _f32(rng.uniform(0.5, 0.95))
         steps, cur = [], (p, v)
-        for _ in range(STEPS):
-            g = rng.standard_normal(n).astype(np.float32)
+        for _ in range(count):
+            g = _gradient(rng, n, scale)
             cur = momentum_ref(cur[0], g, cur[1], lr, mu)
             steps.append((g, (lr, mu), cur))
-        cases.append(dict(name=f"n={n}, lr={lr:.3f}, mu={mu:.3f}, v {'= 0' if k == 0 else 'random'} at first",
-                          grid=grid, block=block, names=("p", "v"), state=[p, v], steps=steps))
-    return run_inplace_steps("Exercise 5.2", momentum_kernel, cases, hint={
+        return dict(name=f"{name}, lr={lr:.3f}, mu={mu:.3f}, v {'= 0' if k == 0 else 'random'} at first",
+                    grid=grid, block=block, names=("p", "v"), state=[p, v], steps=steps)
+
+    return _run_all("Exercise 5.2", momentum_kernel, case, hint={
         None: "look at the order (the velocity first, then the step with the new velocity), at whether v is "
-              "stored back for the next step, and at PyTorch's convention (g is added to mu * v unscaled; lr "
-              "multiplies the velocity)",
+              "stored back for the next step, at PyTorch's convention (g is added to mu * v unscaled; lr "
+              "multiplies the velocity), and at the guard (p.size, whatever it is)",
         "v": "v is the velocity: mu times the old v plus the gradient, unscaled (PyTorch's convention), stored "
-             "back into v for the next step",
+             "back into v for the next step, for every parameter: a gradient of 0 (or a tiny one) still decays v",
         "p": "v came out right, so look at the step: along the NEW velocity, times lr, downhill"})
 
 
@@ -103,12 +155,17 @@ def check_momentum_kernel(momentum_kernel, seed=0):
       v[i] = beta2 * v[i] + (np.float32(1.0) - beta2) * g[i] * g[i]   # (a Python 1 - beta1 is a float64)
       p[i] -= lr * (m[i] / bc1) / (math.sqrt(v[i] / bc2) + eps)   # eps OUTSIDE the sqrt; float32 constants""")
 def check_adam_kernel(adam_kernel, seed=0):
-    """Exercise 5.3: Adam with bias correction (PyTorch's convention), m and v stored back, several steps."""
+    """Exercise 5.3: Adam with bias correction (PyTorch's convention), m and v stored back, several steps.
+
+    Domain: as 5.1's (sizes up to 407,097 parameters, a tenth of the gradients exactly 0, a case of values about
+    1e-7 at a tolerance of that scale, 5 steps), per-parameter gradient scales from 1e-4 to 1 (eps's place shows
+    on the small ones), from t = 1 with m = v = 0 in the first case and mid-training (t from 6) in the others;
+    lr, beta1, beta2, eps, bc1, bc2 np.float32."""
     rng = np.random.default_rng(seed + 2)
-    cases = []
-    for k, (n, grid, block) in enumerate(_shapes()):
-        p = rng.standard_normal(n).astype(np.float32)
-        scale = 10.0 ** rng.uniform(-4, 0, n)  # per-parameter gradient scales: eps's place shows on the small ones
+
+    def case(k, name, n, grid, block, size, count=STEPS):
+        p = (size * rng.standard_normal(n)).astype(np.float32)
+        scale = size * 10.0 ** rng.uniform(-4, 0, n)  # per-parameter gradient scales: eps's place shows on small ones
         if k == 0:  # from the first step, t = 1, like training
             t0, m, v = 0, np.zeros(n, np.float32), np.zeros(n, np.float32)
         else:       # mid-training: the corrections are still far from 1 for beta2 near 1
@@ -117,22 +174,36 @@ def check_adam_kernel(adam_kernel, seed=0):
             v = (scale ** 2 * rng.uniform(0.05, 2.0, n)).astype(np.float32)
         lr = _f32(rng.uniform(0.01, 0.1))
         beta1, beta2 = _f32(rng.uniform(0.8, 0.95)), _f32(rng.uniform(0.99, 0.999))
-        eps = _f32(10.0 ** rng.uniform(-8, -6))
+        eps = _f32(10.0 ** rng.uniform(-8, -6) * size)
         steps, cur = [], (p, m, v)
-        for t in range(t0 + 1, t0 + STEPS + 1):
-            g = (scale * rng.standard_normal(n)).astype(np.float32)
+        for t in range(t0 + 1, t0 + count + 1):
+            g = (scale * _gradient(rng, n)).astype(np.float32)
             cur = adam_ref(cur[0], g, cur[1], cur[2], t, lr, beta1, beta2, eps)
             bc1, bc2 = _f32(1 - float(beta1) ** t), _f32(1 - float(beta2) ** t)
             steps.append((g, (lr, beta1, beta2, eps, bc1, bc2), cur))
-        cases.append(dict(name=f"n={n}, steps t={t0 + 1}..{t0 + STEPS}, lr={lr:.3f}, beta1={beta1:.3f}, "
-                               f"beta2={beta2:.4f}", grid=grid, block=block, names=("p", "m", "v"),
-                          state=[p, m, v], steps=steps))
-    return run_inplace_steps("Exercise 5.3", adam_kernel, cases, hint={
+        return dict(name=f"{name}, steps t={t0 + 1}..{t0 + count}, lr={lr:.3f}, beta1={beta1:.3f}, "
+                         f"beta2={beta2:.4f}", grid=grid, block=block, names=("p", "m", "v"), state=[p, m, v],
+                    steps=steps)
+
+    return _run_all("Exercise 5.3", adam_kernel, case, hint={
         None: "look at both running averages (each stored back, v of the SQUARED gradient), at the bias "
-              "corrections bc1 and bc2 (divide m and v by them), at where eps goes (after the square root) and at "
-              "the order: the step uses the new m and v",
+              "corrections bc1 and bc2 (divide m and v by them), at where eps goes (after the square root), at "
+              "the order (the step uses the new m and v) and at the guard (p.size, whatever it is)",
         "m": "m is the running average of the gradient: beta1 times the old m, plus one minus beta1 times g, "
-             "stored back into m",
-        "v": "v is the running average of the SQUARED gradient, with beta2 (not beta1), stored back into v",
+             "stored back into m, for every parameter: a gradient of 0 (or a tiny one) still decays m",
+        "v": "v is the running average of the SQUARED gradient, with beta2 (not beta1), stored back into v, for "
+             "every parameter, whatever its gradient",
         "p": "m and v came out right, so look at the step itself: m / bc1 and v / bc2, the square root of the "
              "corrected v, eps AFTER the square root, lr, and the sign (downhill)"})
+
+
+def _run_all(ex, kernel, case, hint):
+    """Build every case with case(k, name, n, grid, block, scale) and run them: the ordinary ones through
+    run_inplace_steps, then the tiny-valued and the big one (_run_extra); return the summary."""
+    __tracebackhide__ = True
+    cases = [case(k, f"n={n}", n, grid, block, 1.0) for k, (n, grid, block) in enumerate(_shapes())]
+    extra = [dict(case(k, name, n, grid, block, scale, EXTRA_STEPS), atol=atol, keep=keep)
+             for k, (name, n, grid, block, scale, atol, keep) in enumerate(_extra_shapes(), len(cases))]
+    done = run_inplace_steps(ex, kernel, cases, hint=hint)
+    _run_extra(ex, kernel, extra, hint)
+    return done + f", one of values ~{TINY:g} and one of {BIG:,} parameters"
