@@ -835,8 +835,9 @@ def compile_gate(exercise, case, kernel, args):
         lines = f"line{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}"
         where = _gate_where(file, line, fn).strip(' ()')
         if made:  # a bare number assigned to a variable: the float64 starts there, the arithmetic follows
+            then = f", then at {lines}" if others else ""
             fail(exercise, case, f"your kernel computes in float64 though its arrays are float32, starting at "
-                 f"{where} (a bare number is a float64), then at {lines}", FLOAT64_HINT)
+                 f"{where} (a bare number makes the variable a float64){then}", FLOAT64_HINT)
         also = f" (and {lines})" if others else ""
         fail(exercise, case, f"your kernel computes in float64 though its arrays are float32: {where}{also}",
              FLOAT64_HINT)
