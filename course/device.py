@@ -741,9 +741,11 @@ def numba_reason(e):
 
 def float64_statements(kernel, argtypes, cc, devices=()):
     """Type and lower `kernel` for compute capability cc with `argtypes` (GPU mode; no GPU needed) and return
-    [file, line, function] of each statement whose arithmetic (a binary or unary operator, a call) yields a
-    float64, in the kernel and in `devices` (device functions it calls). Raises numba's error if it cannot
-    compile. Reads numba's typed IR: `compile_cuda`'s type annotation (numba_cuda/numba/cuda/compiler.py)."""
+    [file, line, function, made] of each statement whose arithmetic (a binary or unary operator, a call) yields a
+    float64, in the kernel and in `devices` (device functions it calls), and, first, with made=True, of each
+    assignment of a bare literal (`acc = 0.0`) whose variable such arithmetic uses as a float64: where the float64
+    came from. Raises numba's error if it cannot compile. Reads numba's typed IR: `compile_cuda`'s type annotation
+    (numba_cuda/numba/cuda/compiler.py)."""
     internals()
     from numba.cuda import types
     from numba.cuda.compiler import compile_cuda
@@ -753,14 +755,38 @@ def float64_statements(kernel, argtypes, cc, devices=()):
     found = []
     for r in results:
         ann = r.type_annotation
-        for block in ann.blocks.values():
-            for stmt in block.body:
-                if (isinstance(stmt, ir.Assign) and isinstance(stmt.value, ir.Expr)
-                        and stmt.value.op in ("binop", "inplace_binop", "unary", "call")
-                        and ann.typemap.get(stmt.target.name) == types.float64):
-                    is_call = stmt.value.op == "call"  # a call's float64 most often comes from an operator
-                    found.append((is_call, stmt.loc.filename, stmt.loc.line, ann.func_id.func_name))
-    return [list(f[1:]) for f in sorted(set(found))]  # operators first, then calls, each in source order
+        stmts = [s for block in ann.blocks.values() for s in block.body if isinstance(s, ir.Assign)]
+        defs = {}
+        for stmt in stmts:
+            defs.setdefault(stmt.target.name, []).append(stmt)
+        for stmt in stmts:
+            if (isinstance(stmt.value, ir.Expr) and stmt.value.op in ("binop", "inplace_binop", "unary", "call")
+                    and ann.typemap.get(stmt.target.name) == types.float64):
+                rank = 2 if stmt.value.op == "call" else 1  # a call's float64 most often comes from an operator
+                found.append((rank, stmt.loc.filename, stmt.loc.line, ann.func_id.func_name))
+                for origin in _float64_literals(stmt.value, defs, ann.typemap, ir, types):
+                    found.append((0, origin.loc.filename, origin.loc.line, ann.func_id.func_name))
+    return [[*f[1:], f[0] == 0] for f in sorted(set(found))]  # origins, operators, calls, each in source order
+
+
+def _float64_literals(expr, defs, typemap, ir, types):
+    """The assignments of a bare number to a named variable (`acc = 0.0`) that reach expr's float64 operands
+    through copies (numba's SSA versions `acc.1`, `acc.2`)."""
+    operands = [v for v in expr.list_vars() if typemap.get(v.name) == types.float64]
+    seen, out = set(), []
+    while operands:
+        name = operands.pop().name
+        if name in seen:
+            continue
+        seen.add(name)
+        for stmt in defs.get(name, ()):
+            value = stmt.value
+            if isinstance(value, ir.Var):
+                operands.append(value)
+            elif (isinstance(value, ir.Const) and not stmt.target.name.startswith("$")
+                    and type(value.value) in (int, float)):
+                out.append(stmt)
+    return out
 
 
 SHUFFLES = ("shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync")  # warp intrinsics the simulator lacks

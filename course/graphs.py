@@ -68,7 +68,7 @@ class Graph:
     """The launches that launches(stream) makes, recorded into a CUDA graph (nothing runs while recording).
 
     replay() launches the whole graph on the graph's own stream: one launch from Python, however many kernels it
-    holds; synchronize() waits for it. graph=False (the simulator's only choice) runs launches(0) at each replay."""
+    holds; synchronize() waits for it. graph=False (the only choice without a GPU) runs launches(0) at each replay."""
 
     def __init__(self, launches, graph=True):
         self.launches, self.graph = launches, None

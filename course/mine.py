@@ -762,6 +762,8 @@ def report(keys=None):
             if fn is not None:
                 shown[k] = (None, "passed since course.use_mine() ran: call it again")
         lines = table(shown)
+        if keys is not None:  # the pieces of a run: what it ran that has no exercise, as use_mine(keys) says
+            lines.append(f"  always the course's: {ALWAYS_COURSE}")
     print("\n".join(lines))
     return lines
 
@@ -797,7 +799,8 @@ def trained(run, name, keys):
         kernels = (f"steps 1-{k} on {whose(keys)} {WHERE[run.get('kernel_device', 'sim')]}, checked equal to the "
                    "NumPy twin; the twin (fit_ref, NumPy on the host) trained the rest and made this accuracy") if k             else "trained by the NumPy twin (fit_ref, on the host), not by kernels"
         return f"{head}: {kernels}"
-    return f"{head}: every one of its {run.get('steps', '?')} steps on {whose(keys)} {WHERE[run['device']]}"
+    rest = f", with the course's {ALWAYS_COURSE}" if any(k in _INSTALLED for k in keys) else ""  # no exercise
+    return f"{head}: every one of its {run.get('steps', '?')} steps on {whose(keys)} {WHERE[run['device']]}{rest}"
 
 
 # ---- a simulated student, for the tests and scripts/mine_gpu.sh ----

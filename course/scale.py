@@ -18,7 +18,7 @@ def scale_ref(x):
 # Exercise 1.2: scale uint8 pixels to float32 in [0, 1]
 @cuda.jit
 def scale_kernel(x, out):
-    """One thread per element: out[i] = x[i] / 255 (x and out are flat and the same length)."""
+    """One thread per element: out[i] = x[i] / 255 in float32 (x and out are flat and the same length)."""
     i = cuda.grid(1)    # this thread's global index
     if i < out.size:    # the last block sticks out past the end: those threads do nothing
         out[i] = x[i] / np.float32(255.0)

@@ -275,8 +275,8 @@ def adam(p, g, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
     """Adam's step number t (1, 2, ...) in place over flat float32 device arrays (p, g, m, v). Returns p.
 
     v must hold no negative value (Adam's own v never does: it is a mean of squares). It is not checked (that
-    would cost a copy to the host); a negative v is a square root of a negative number: NaN on a GPU, ValueError
-    in the simulator."""
+    would cost a copy to the host); a negative v is a square root of a negative number: NaN on a GPU and the CPU
+    executor, ValueError in the simulator."""
     _flat_pair(p, g)
     require("m", m, np.float32, shape=(p.shape[0],))
     require("v", v, np.float32, shape=(p.shape[0],))

@@ -2,6 +2,8 @@
 student's kernel for a real GPU first, in the simulator too (a GPU-mode worker process: numba-cuda compiles without
 a driver), and refuses what no GPU compiles and float64 arithmetic in a kernel whose arrays are float32. Planted
 as one-line mutations of the solutions (tests/conftest.py `mutant`); correct answers written another way pass."""
+import re
+
 import pytest
 from conftest import mutant, mutated, rejects
 
@@ -31,20 +33,23 @@ def bug(id, *edits):
 # --- float64 arithmetic in a float32 kernel: the line that computes it is named ----------------------------
 
 @pytest.mark.parametrize("check, solution, exercise, edits, line", [
-    (c02.check_matmul_kernel, matmul_v1_kernel, "2.1", [("acc = float32(0.0)", "acc = 0.0")],
-     "acc += A[row, k] * B[k, col]"),
+    (c02.check_matmul_kernel, matmul_v1_kernel, "2.1", [("acc = float32(0.0)", "acc = 0.0")], "acc = 0.0"),
+    (c02.check_matmul_kernel, matmul_v1_kernel, "2.1", [("acc = float32(0.0)", "acc = 0")], "acc = 0"),
     (c01.check_scale_kernel, scale_kernel, "1.2", [("x[i] / np.float32(255.0)", "x[i] / 255")], "out[i] = x[i] / 255"),
     (c04.check_dlogits_kernel, dlogits_kernel, "4.1", [("/ float32(probs.shape[0])", "/ probs.shape[0]")],
      "dZ[r, j] = (probs[r, j] - onehot) / probs.shape[0]"),
     (c05.check_adam_kernel, adam_kernel, "5.3", [("(np.float32(1.0) - beta1)", "(1 - beta1)")],
      "mi = beta1 * m[i] + (1 - beta1) * gi"),
-    (c03.check_softmax_xent_kernel, softmax_xent_kernel, "3.1", [("s = np.float32(0.0)", "s = 0.0")],
-     "s += math.exp(logits[r, c] - m)"),
-], ids=["2.1 acc = 0.0", "1.2 x / 255", "4.1 / an int", "5.3 1 - beta1", "3.1 s = 0.0"])
+    (c03.check_softmax_xent_kernel, softmax_xent_kernel, "3.1", [("s = np.float32(0.0)", "s = 0.0")], "s = 0.0"),
+], ids=["2.1 acc = 0.0", "2.1 acc = 0", "1.2 x / 255", "4.1 / an int", "5.3 1 - beta1", "3.1 s = 0.0"])
 def test_float64_is_refused_with_its_line(check, solution, exercise, edits, line):
+    """The line named is where the float64 comes from: an accumulator's bare start (`acc = 0.0`), not its `+=`."""
     msg = rejects(check, mutated(solution, *edits), f"Exercise {exercise}", FLOAT64)
     assert f"`{line}`" in msg, msg
-    assert "np.float32(" in msg, msg  # the hint says what to write instead
+    assert ("starting at" in msg) == line.endswith(("= 0.0", "= 0")), msg  # then the arithmetic's lines follow
+    hint = msg.split("Hint:")[1].split("More help:")[0]
+    assert "np.float32(...)" in hint, msg  # the hint says what to write instead, without an answer's expression
+    assert not re.search(r"np\.float32\([^.)]", hint), msg
 
 
 # --- Python that the simulator runs and no GPU compiles: numba's reason, in one line -------------------------

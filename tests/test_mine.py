@@ -166,7 +166,9 @@ def test_report_names_a_solution_that_passed_after_use_mine(tmp_path, monkeypatc
         assert row(capsys.readouterr().out, "1.2") == "course's: passed since course.use_mine() ran: call it again"
         mine.use_mine(quiet=True)
         mine.report(["1.2"])
-        assert row(capsys.readouterr().out, "1.2") == "yours"
+        out = capsys.readouterr().out
+        assert row(out, "1.2") == "yours"
+        assert f"always the course's: {mine.ALWAYS_COURSE}" in out, out  # a run's pieces without an exercise
     finally:
         mine.use_course()
 

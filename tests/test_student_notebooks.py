@@ -104,6 +104,53 @@ def test_student_copy_has_no_cell_that_only_echoes_a_string(path):
                 f"{path.name} cell {cell.get('id')}: only a string:\n{nbtools.source(cell)}")
 
 
+@pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
+def test_student_copy_imports_hint_where_it_imports_the_checks(path):
+    """A failing check ends with `hint('N.M')`: the cell that imports the checks imports hint too."""
+    cells = [nbtools.source(c) for c in nbtools.read(path)["cells"] if c["cell_type"] == "code"]
+    importing = [s for s in cells if re.search(r"^from course\.checks\.\w+ import", s, re.M)]
+    assert importing, f"{path.name}: no cell imports a check"
+    for src in importing:
+        assert re.search(r"^from course\.checks import hint\b", src, re.M), f"{path.name}: hint is not imported"
+
+
+# Where "simulator" in prose is about the simulator itself (it runs the checks, COURSE_DEVICE=sim, 03's race,
+# fallbacks): a sentence naming it names one of these; otherwise it means what runs without a GPU, the executor.
+SIMULATOR_CONTEXT = re.compile(r"COURSE_DEVICE=sim|simulator alone|check|executor|simulating|race|thread order|"
+                               r"syncthreads|barrier|fit_sim|shuffle|IndexError", re.I)
+
+
+def simulator_sentences(nb):
+    """Markdown sentences that say "simulator" with nothing that makes it the simulator rather than the executor."""
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = " ".join(nbtools.source(cell).split())
+            for sentence in re.split(r"(?<=[.:;])\s+(?=[A-Z(`])", text):
+                if re.search("simulator", sentence, re.I) and not SIMULATOR_CONTEXT.search(sentence):
+                    yield cell.get("id"), sentence
+
+
+@pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
+def test_prose_calls_the_executor_what_it_is(path):
+    """Without a GPU the CPU executor runs the notebooks' kernels: no sentence says "the simulator" for it, and the
+    first cell's comment names the executor."""
+    nb = nbtools.read(path)
+    assert not list(simulator_sentences(nb)), list(simulator_sentences(nb))
+    first = next(nbtools.source(c) for c in nb["cells"] if c["cell_type"] == "code" and "import course" in nbtools.source(c))
+    assert "simulator" not in first.split("import course", 1)[1].splitlines()[0] and "executor" in first, first
+
+
+def test_the_simulator_scan_catches_the_old_sentences():
+    """The scan above flags the sentences issue 47 found (the executor called the simulator)."""
+    old = ["In the simulator we take only a few images: it runs about 5,000 GPU threads per second.",
+           "On the GPU we use all 60,000 training images; in the simulator a few hundred.",
+           "(The same problem runs on the GPU and in the simulator; only the number of steps differs.)"]
+    nb = {"cells": [{"cell_type": "markdown", "id": str(k), "source": s} for k, s in enumerate(old)]}
+    assert len(list(simulator_sentences(nb))) == len(old)
+    nb["cells"][0]["source"] = "In the simulator alone (`COURSE_DEVICE=sim`) we take a few images."
+    assert len(list(simulator_sentences(nb))) == len(old) - 1
+
+
 def test_race_module_keeps_its_docstring_from_the_exercise_cell():
     """14_race's docstring moved into the exercise cell r_e1s (above `# Exercise 14.1`): course/race.py still opens
     with it, and the exercise machinery still finds the exercise there."""

@@ -808,10 +808,10 @@ COMPILE_HINT = ("a kernel is compiled for the GPU before it runs (the simulator 
                 "more): inside a kernel use only scalar arithmetic, math.*, cuda.*, array indexing and "
                 "np.float32(...) casts; no generator expressions or sum(), np.dot or other whole-array NumPy, "
                 "try/except, lists or dicts; an `if` guard, not an exception, keeps an index in bounds")
-FLOAT64_HINT = ("in numba a bare literal (0.0, 1, 255), float(...) and an int or a float64 mixed with a float32 "
-                "all give float64, which a GPU computes many times slower and rounds differently: write "
-                "np.float32(0.0), np.float32(1.0) - beta1, x * np.float32(1 / 255), so that every operation has "
-                "float32 operands")
+FLOAT64_HINT = ("in numba a bare number (0.0, 1, 255) and float(...) are float64, and an operation that mixes a "
+                "float32 with a float64 or an int (x / 255, 1 - beta) gives a float64, which a GPU computes many "
+                "times slower and rounds differently: make each constant a float32 with np.float32(...), so that "
+                "every operation has float32 operands")
 
 
 def compile_gate(exercise, case, kernel, args):
@@ -830,11 +830,17 @@ def compile_gate(exercise, case, kernel, args):
         fail(exercise, case, f"no GPU can compile your kernel, though the simulator runs it: numba says "
              f"\"{err['reason']}\"{where}", COMPILE_HINT)
     if answer["float64"] and _float32_only(args):
-        (file, line, fn), *more = answer["float64"]
-        others = sorted({ln for _, ln, _ in more if ln != line})
-        also = f" (and line{'s' if len(others) > 1 else ''} {', '.join(map(str, others))})" if others else ""
-        fail(exercise, case, f"your kernel computes in float64 though its arrays are float32: "
-             f"{_gate_where(file, line, fn).strip(' ()')}{also}", FLOAT64_HINT)
+        (file, line, fn, made), *more = answer["float64"]
+        others = sorted({m[1] for m in more if m[1] != line})
+        lines = f"line{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}"
+        where = _gate_where(file, line, fn).strip(' ()')
+        if made:  # a bare number assigned to a variable: the float64 starts there, the arithmetic follows
+            then = f", then at {lines}" if others else ""
+            fail(exercise, case, f"your kernel computes in float64 though its arrays are float32, starting at "
+                 f"{where} (a bare number makes the variable a float64){then}", FLOAT64_HINT)
+        also = f" (and {lines})" if others else ""
+        fail(exercise, case, f"your kernel computes in float64 though its arrays are float32: {where}{also}",
+             FLOAT64_HINT)
 
 
 def _gate_where(file, line, fn=None):

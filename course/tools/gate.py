@@ -170,8 +170,8 @@ def called_device_functions(fn, _seen=None):
 
 def analyse(kernel, argtypes):
     """Compile kernel for CC with argtypes (numba types) in this GPU-mode process; return dict(error=numba's
-    reason or None, float64=[[file, line, function], ...]: the statements of the kernel and of the device
-    functions it calls that compute in float64)."""
+    reason or None, float64=[[file, line, function, made], ...]: the statements of the kernel and of the device
+    functions it calls that compute in float64, after the assignments of bare numbers they start from, made=True)."""
     from course.device import compile_errors, float64_statements, numba_reason, pretend_device
     with pretend_device(CC):
         try:

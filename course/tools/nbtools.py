@@ -334,7 +334,8 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "without a GPU) every step above ran on your kernels wherever they had passed their checks; in the simulator "
         "alone (`COURSE_DEVICE=sim`) only the first steps did, checked equal to the NumPy twin that then finished the "
         "run. The table says which pieces were yours, and why a piece was not (never checked, edited after passing, "
-        "check failed); the lines under it say, for each run, what trained it, where and at which sizes. "
+        "check failed), and under it what a step runs that no exercise wrote (always the course's); the lines "
+        "after say, for each run, what trained it, where and at which sizes. "
         "`python -m course train --mine` does the same from the command line.",
         "course.mine.report([\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", "
         "\"5.1\", \"5.2\"])  # the pieces fit() ran\n"
