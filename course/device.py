@@ -384,6 +384,7 @@ def _install_launch_deadline(kernel):
         if getattr(self, "_device", False) or getattr(_launch, "deadline", None) is not None:
             return upstream(self, *args)
         import time
+        check_launch(self.py_func.__name__, *kernel.normalize_kernel_dimensions(self.grid_dim, self.block_dim))
         heal_swaps()                     # what a stopped launch's threads left behind (see _counted_swap)
         _launch.deadline = time.monotonic() + launch_deadline()
         try:
@@ -520,6 +521,47 @@ def _install_block_pool(kernel):
     _install_launch_deadline(kernel)
 
 
+MAX_BLOCK_THREADS = 1024                      # CUDA's limits on every GPU since compute capability 2.0
+MAX_BLOCK_DIM = (1024, 1024, 64)              # a block's x, y, z
+MAX_GRID_DIM = (2**31 - 1, 65535, 65535)      # a grid's x, y, z
+
+
+class LaunchConfigError(ValueError):
+    """A launch configuration a GPU refuses (cuLaunchKernel: CUDA_ERROR_INVALID_VALUE); the executor and the
+    simulator refuse it too."""
+
+
+def check_launch(name, grid, block):
+    """Refuse, as a GPU does, a launch whose grid or block (3-tuples of ints) is outside CUDA's limits: one line
+    naming the kernel, the launch, what is wrong and the limit. Shared by the executor and the simulator."""
+    if (all(0 < g <= m for g, m in zip(grid, MAX_GRID_DIM)) and all(0 < b <= m for b, m in zip(block, MAX_BLOCK_DIM))
+            and block[0] * block[1] * block[2] <= MAX_BLOCK_THREADS):
+        return                                          # the common case: a few comparisons
+    launch = f"{name}[{_dims_text(grid)}, {_dims_text(block)}]"
+    why = None
+    for what, dims, limits in (("grid", grid, MAX_GRID_DIM), ("block", block, MAX_BLOCK_DIM)):
+        for axis, v, m in zip("xyz", dims, limits):
+            if v <= 0:
+                why = f"the {what}'s {axis} is {v}: every size of a grid and a block must be at least 1"
+            elif v > m:
+                why = f"the {what}'s {axis} is {v:,}: at most {m:,}"
+            if why:
+                break
+        if why:
+            break
+    if why is None:
+        why = f"a block of {block[0] * block[1] * block[2]:,} threads: at most {MAX_BLOCK_THREADS:,}"
+    raise LaunchConfigError(f"{launch}: a GPU refuses this launch (CUDA_ERROR_INVALID_VALUE): {why}")
+
+
+def _dims_text(d):
+    """(256, 1, 1) -> '256', (4, 2, 1) -> '(4, 2)': a launch's dimensions as a student writes them."""
+    d = list(d)
+    while len(d) > 1 and d[-1] == 1:
+        d.pop()
+    return str(d[0]) if len(d) == 1 else "(" + ", ".join(map(str, d)) + ")"
+
+
 _route = []  # the CPU executor's hook, once installed (route_launches)
 
 
@@ -540,6 +582,7 @@ def route_launches(hook):
         if self._device or kernel._kernel_context is not None:
             return upstream(self, *args)
         grid, block = kernel.normalize_kernel_dimensions(self.grid_dim, self.block_dim)
+        check_launch(self.py_func.__name__, grid, block)
         if _route[0](self, tuple(grid), tuple(block), self.dynshared_size, args):
             return None
         return upstream(self, *args)
