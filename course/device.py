@@ -385,6 +385,7 @@ def _install_launch_deadline(kernel):
             return upstream(self, *args)
         import time
         check_launch(self.py_func.__name__, *kernel.normalize_kernel_dimensions(self.grid_dim, self.block_dim))
+        refuse_shuffles(self.py_func)
         heal_swaps()                     # what a stopped launch's threads left behind (see _counted_swap)
         _launch.deadline = time.monotonic() + launch_deadline()
         try:
@@ -554,6 +555,36 @@ def check_launch(name, grid, block):
     raise LaunchConfigError(f"{launch}: a GPU refuses this launch (CUDA_ERROR_INVALID_VALUE): {why}")
 
 
+_shuffles = {}  # a kernel's py_func -> (function, shuffle) of the first warp shuffle it or a device function calls
+
+
+def refuse_shuffles(py):
+    """Raise NotSimulable, one line, for a kernel that calls a warp shuffle (itself or in a device function it
+    calls): neither numba's simulator nor the CPU executor has them (the simulator fails with an AttributeError)."""
+    if py not in _shuffles:
+        _shuffles[py] = _shuffle_in(py, set())
+    found = _shuffles[py]
+    if found:
+        where = "" if found[0] == py.__name__ else f" (in its device function {found[0]})"
+        raise NotSimulable(f"{py.__name__} calls cuda.{found[1]}{where}: a warp shuffle needs a GPU; neither "
+                           "numba's CUDA simulator nor the CPU executor has one")
+
+
+def _shuffle_in(py, seen):
+    """(function name, shuffle) for the first warp shuffle py or a device function it names calls, else None."""
+    seen.add(py)
+    used = [n for n in SHUFFLES if _nested_name(py.__code__, n)]
+    if used:
+        return py.__name__, used[0]
+    for name, v in py.__globals__.items():
+        dev = getattr(v, "py_func", None)
+        if dev is not None and dev not in seen and _nested_name(py.__code__, name):
+            found = _shuffle_in(dev, seen)
+            if found:
+                return found
+    return None
+
+
 def _dims_text(d):
     """(256, 1, 1) -> '256', (4, 2, 1) -> '(4, 2)': a launch's dimensions as a student writes them."""
     d = list(d)
@@ -583,6 +614,7 @@ def route_launches(hook):
             return upstream(self, *args)
         grid, block = kernel.normalize_kernel_dimensions(self.grid_dim, self.block_dim)
         check_launch(self.py_func.__name__, grid, block)
+        refuse_shuffles(self.py_func)
         if _route[0](self, tuple(grid), tuple(block), self.dynshared_size, args):
             return None
         return upstream(self, *args)

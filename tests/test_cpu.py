@@ -385,3 +385,27 @@ def test_a_ctrl_c_during_a_compile_is_raised_after_it_not_dropped():
     finally:
         sys.unraisablehook = hook
     assert dropped == [KeyboardInterrupt]
+
+
+@cuda.jit(device=True)
+def _half_warp_sum(v):
+    return v + cuda.shfl_down_sync(0xFFFFFFFF, v, 16)
+
+
+@cuda.jit
+def shuffle_kernel(x, out):
+    """A warp shuffle in a device function: neither the executor nor the simulator has one."""
+    i = cuda.grid(1)
+    out[i] = _half_warp_sum(x[i])
+
+
+def test_a_warp_shuffle_says_in_one_line_that_it_needs_a_gpu():
+    """Issue 47 item 12: the executor used to promise a simulator run that ended in an AttributeError."""
+    from course.device import NotSimulable
+    x, out = d(np.ones(32, np.float32)), d(np.zeros(32, np.float32))
+    for where in (cpu.running, cpu.simulating):
+        with where(), pytest.raises(NotSimulable) as e:
+            shuffle_kernel[1, 32](x, out)
+        assert str(e.value) == ("shuffle_kernel calls cuda.shfl_down_sync (in its device function _half_warp_sum): "
+                                "a warp shuffle needs a GPU; neither numba's CUDA simulator nor the CPU executor "
+                                "has one")
