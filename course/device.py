@@ -252,7 +252,9 @@ def patch_simulator():
     3. Hooks for `instruments()`: new shared and local arrays can be filled and reported, atomic adds and
        barriers (`cuda.syncthreads()`) observed.
     4. Blocks run on reused threads that wait on one condition (`_install_block_pool`): the same semantics,
-       2-3x faster (see its docstring)."""
+       2-3x faster (see its docstring).
+    5. A negative index into a kernel's array argument is refused (`_refuse_negative_indices`), as on the
+       executor, instead of wrapping to the array's end."""
     K, kernel = internals()
     if getattr(K.FakeCUDAShared.array, "_course", False):
         return
@@ -295,9 +297,41 @@ def patch_simulator():
     for f in (shared_array, local_array, atomic_add, syncthreads):
         f._course = True
     K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = shared_array, local_array, atomic_add
+    _refuse_negative_indices()
     K.FakeCUDAModule.syncthreads = syncthreads
     kernel.swapped_cuda_module = K.swapped_cuda_module = _counted_swap   # item 2, on every numba-cuda
     _install_block_pool(kernel)
+
+
+def negative_index(i):
+    """What the executor and the simulator say of a negative index into an array in a kernel."""
+    return (f"index {i} is negative: out of bounds (the course refuses it: NumPy's rule would take the array's end "
+            "instead, which hides an off-by-one)")
+
+
+def _refuse_negative_indices():
+    """Item 5 of patch_simulator: a kernel's array argument (`FakeWithinKernelCUDAArray`,
+    numba_cuda/numba/cuda/simulator/cudadrv/devicearray.py) refuses a negative index, which NumPy's indexing under
+    it would wrap to the end: `out[i - 1]` at i = 0 wrote the last element. The executor refuses it too (cpu._ix)."""
+    from numba.cuda.simulator.cudadrv import devicearray
+    import numpy as np
+    cls = devicearray.FakeWithinKernelCUDAArray
+    get, put = cls.__getitem__, cls.__setitem__
+
+    def refuse(idx):
+        for i in idx if isinstance(idx, tuple) else (idx,):
+            if isinstance(i, (int, np.integer)) and i < 0:
+                raise IndexError(negative_index(i))
+
+    def getitem(self, idx):
+        refuse(idx)
+        return get(self, idx)
+
+    def setitem(self, idx, val):
+        refuse(idx)
+        return put(self, idx, val)
+
+    cls.__getitem__, cls.__setitem__ = getitem, setitem
 
 
 MAX_IDLE_THREADS = 4096  # simulated GPU threads kept waiting for the next block, over all block shapes
