@@ -13,9 +13,13 @@ divergent barriers and out-of-bounds reads as they happen. The technique is MCUD
    kernel run as one thread); shared arrays are one array per block; atomics are plain read-modify-writes (the
    threads and blocks run one after another, in order);
 4. the generated module keeps the kernel's file name and line numbers, and runs under `njit(boundscheck=True)`:
-   an index out of bounds raises IndexError, as in the simulator.
+   an index out of bounds raises IndexError, as in the simulator, and so does a negative one (NumPy's rule would
+   wrap it); numba's message names no line, so the failing block runs again as Python, which names them all;
+5. its loops poll the clock now and then (`_Guard`): a launch stops at the simulator's deadline
+   (course.device.launch_deadline) or at a Ctrl-C, in one line naming the kernel. Launch configurations a GPU
+   refuses, and warp shuffles, are refused before it runs (course.device.check_launch, refuse_shuffles).
 
-A kernel the executor cannot run (a warp shuffle, a grid-wide barrier, dynamic shared memory, ...) runs in the
+A kernel the executor cannot run (a grid-wide barrier, dynamic shared memory, ...) runs in the
 simulator instead, after a one-line note on stderr naming the kernel and the construct (for the course's own kernels,
 which use such things on purpose, only in `fallbacks()`). The executor runs kernels correctly and fast; its times are a
 CPU's, not a GPU's, and it cannot show a race (its threads never overlap)."""
