@@ -13,19 +13,25 @@ divergent barriers and out-of-bounds reads as they happen. The technique is MCUD
    kernel run as one thread); shared arrays are one array per block; atomics are plain read-modify-writes (the
    threads and blocks run one after another, in order);
 4. the generated module keeps the kernel's file name and line numbers, and runs under `njit(boundscheck=True)`:
-   an index out of bounds raises IndexError, as in the simulator.
+   an index out of bounds raises IndexError, as in the simulator, and so does a negative one (NumPy's rule would
+   wrap it); numba's message names no line, so the failing block runs again as Python, which names them all;
+5. its loops poll the clock now and then (`_Guard`): a launch stops at the simulator's deadline
+   (course.device.launch_deadline) or at a Ctrl-C, in one line naming the kernel. Launch configurations a GPU
+   refuses, and warp shuffles, are refused before it runs (course.device.check_launch, refuse_shuffles).
 
-A kernel the executor cannot run (a warp shuffle, a grid-wide barrier, dynamic shared memory, ...) runs in the
+A kernel the executor cannot run (a grid-wide barrier, dynamic shared memory, ...) runs in the
 simulator instead, after a one-line note on stderr naming the kernel and the construct (for the course's own kernels,
 which use such things on purpose, only in `fallbacks()`). The executor runs kernels correctly and fast; its times are a
 CPU's, not a GPU's, and it cannot show a race (its threads never overlap)."""
 import ast
 import contextlib
+import ctypes
 import inspect
 import itertools
 import math
 import sys
 import textwrap
+import time
 
 import numpy as np
 
@@ -35,6 +41,8 @@ EXITED, RUNNING = 1, 0    # what a region function returns: the thread returned,
 AXES = "xyz"
 ATOMICS = ("add", "sub", "max", "min", "exch")
 NO_OPS = ("threadfence", "threadfence_block", "threadfence_system")
+POLL_TICKS = 2**18       # a generated loop looks at the clock and for a Ctrl-C once in this many iterations
+AT = 9                   # at__c: the blocks to run (x, y, z from; x, y, z to), then the block running now (x, y, z)
 _CTX = ("tid__c", "bx__c", "by__c", "bz__c", "gdx__c", "gdy__c", "gdz__c")  # every generated function's first args
 
 
@@ -108,8 +116,108 @@ def _launch(kernel, grid, block, dynshared, args):
             compiled = _cache[key] = _compile(py, tuple(block), key[2])
     if isinstance(compiled, str):
         return _fallback(py, compiled)
-    compiled(*grid, *arrays)
+    at = np.array([0, 0, 0, *grid, 0, 0, 0], np.int64)
+    try:
+        with _watched(py.__name__):
+            compiled.launch(*grid, at, *arrays)
+    except IndexError as e:
+        raise IndexError(_out_of_bounds(py, compiled, grid, at, arrays, e)) from None
     return True
+
+
+def _ix(i):
+    """An index into an array in a kernel, refused when negative (numba and NumPy would wrap it to the end)."""
+    if i < 0:
+        from course.device import negative_index
+        raise IndexError(negative_index(i))
+    return i
+
+
+def _out_of_bounds(py, compiled, grid, at, arrays, e):
+    """One line for an index out of bounds on the executor: numba's compiled code says only 'index is out of
+    bounds', so the failing block (at[6:9]) runs again as Python, on copies of the arrays, which names the line,
+    the thread, the index and the size (NumPy's message)."""
+    block = [int(b) for b in at[6:9]]
+    where = f"{py.__name__}, block {_xyz(block)}"
+    rerun = np.array([*block, *(b + 1 for b in block), 0, 0, 0], np.int64)
+    copies = [a.copy() if isinstance(a, np.ndarray) else a for a in arrays]
+    try:
+        with _watched(py.__name__):
+            compiled.python["launch__c"](*grid, rerun, *copies)
+    except IndexError as again:
+        frame = _kernel_frame(again.__traceback__, py.__code__.co_filename)
+        if frame is not None:
+            tid, bx, by, _ = (frame.f_locals.get(n) for n in ("tid__c", "bx__c", "by__c", "bz__c"))
+            thread = [int(tid) % compiled.block[0], int(tid) // compiled.block[0] % compiled.block[1],
+                      int(tid) // (compiled.block[0] * compiled.block[1])] if tid is not None else None
+            where = f"{py.__name__}, line {frame.f_lineno}, block {_xyz(block)}" + (
+                f", thread {_xyz(thread)}" if thread else "")
+            return f"{where}: {again}"
+    except Exception:
+        pass
+    return f"{where}: {e} (numba's CPU code names no line; run the launch inside course.cpu.simulating() to see it)"
+
+
+def _kernel_frame(tb, filename):
+    """The innermost frame of a traceback in the kernel's file (the generated code keeps its name and lines)."""
+    found = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            found = tb.tb_frame
+        tb = tb.tb_next
+    return found
+
+
+def _xyz(v):
+    """[3, 0, 0] -> '3', [3, 1, 0] -> '(3, 1)': a block's or thread's index as the launch's dimensions read."""
+    v = list(v)
+    while len(v) > 1 and v[-1] == 0:
+        v.pop()
+    return str(v[0]) if len(v) == 1 else "(" + ", ".join(map(str, v)) + ")"
+
+
+class _Compiled:
+    """A compiled launch (njit) and the same generated functions as plain Python (for _out_of_bounds)."""
+
+    def __init__(self, launch, python, block):
+        self.launch, self.python, self.block = launch, python, tuple(block) + (1,) * (3 - len(block))
+
+
+class _Stop(RuntimeError):
+    """Raised by a generated loop when the launch must stop (its deadline passed, or a Ctrl-C came)."""
+
+
+_watch = {"deadline": math.inf, "ctrl_c": []}   # the running launch's: what _poll looks at
+
+
+@ctypes.CFUNCTYPE(ctypes.c_int)
+def _poll():
+    """What every generated loop calls once in POLL_TICKS iterations (numba cannot be interrupted from Python):
+    1 when the launch must stop."""
+    return 1 if _watch["ctrl_c"] or time.monotonic() > _watch["deadline"] else 0
+
+
+@contextlib.contextmanager
+def _watched(name):
+    """Run a launch under the simulator's deadline (course.device.launch_deadline, $COURSE_SIM_DEADLINE) and stop it
+    at a Ctrl-C: one line naming the kernel either way. A Ctrl-C is recorded (as _ctrl_c_after does) and seen by
+    the compiled loops through _poll; one that comes as the launch ends is raised after it."""
+    from course import device
+    limit = device.launch_deadline()
+    _watch["deadline"], got = time.monotonic() + limit, []
+    _watch["ctrl_c"] = got
+    try:
+        with _ctrl_c_after(got, f"{name} was interrupted (Ctrl-C) on the {NAME}"):
+            try:
+                yield
+            except _Stop:
+                if not got:
+                    raise device.LaunchDeadline(
+                        f"{name} ran for more than {limit:g} s on the {NAME}: a thread waiting for something "
+                        f"that never happens, or a grid far larger than the data? ({device.DEADLINE_ENV}=SECONDS "
+                        "changes the limit)") from None
+    finally:
+        _watch["deadline"], _watch["ctrl_c"] = math.inf, []
 
 
 def _typeof(a):
@@ -137,8 +245,9 @@ def fallbacks():
 
 
 @contextlib.contextmanager
-def _ctrl_c_after():
-    """A Ctrl-C during the block is raised when it ends, not inside it (numba's compiles need this).
+def _ctrl_c_after(got=None, message=None):
+    """A Ctrl-C during the block is raised when it ends, not inside it (numba's compiles need this); `got`, a list,
+    receives it as it comes; `message`: the KeyboardInterrupt's (under Python's own handler).
 
     numba's CPU compiler calls back into Python through ctypes (llvmlite's object-cache hook); a KeyboardInterrupt
     raised in such a callback is printed and dropped by ctypes, and the compile, then the training, carries on: a
@@ -149,13 +258,15 @@ def _ctrl_c_after():
     if threading.current_thread() is not threading.main_thread() or not callable(before):
         yield                             # only the main thread handles signals; SIG_IGN/SIG_DFL need no help
         return
-    got = []
+    got = [] if got is None else got
     signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, before)
         if got:
+            if message and before is signal.default_int_handler:
+                raise KeyboardInterrupt(message) from None
             before(signal.SIGINT, got[0])  # as if it came now: default_int_handler raises KeyboardInterrupt
 
 
@@ -164,9 +275,9 @@ def _compile(py, block, types):
     import numba
     from numba.core.errors import NumbaError
     try:
-        _, ns, launch_name = translate(py, block, types)
+        _, ns, launch_name, python = translate(py, block, types)
         launch = ns[launch_name]
-        launch.compile((numba.int64,) * 3 + tuple(types))
+        launch.compile((numba.int64,) * 3 + (numba.typeof(np.zeros(AT, np.int64)),) + tuple(types))
     except Unsupported as e:
         return str(e)
     except NumbaError as e:
@@ -174,22 +285,25 @@ def _compile(py, block, types):
         return f"what numba's CPU compiler says: {first.strip()[:160]}"
     except Exception as e:  # a construct the translation mishandles: the simulator still runs the kernel
         return f"this kernel (an error in the executor's translation, {type(e).__name__}: {str(e)[:120]})"
-    return launch
+    return _Compiled(launch, python, block)
 
 
 # ---- the translation ----------------------------------------------------------------------------------------
 
 def translate(py, block, types):
-    """(the generated module as an ast, its namespace with every function jitted, the launch function's name)."""
+    """(the generated module as an ast, its namespace with every function jitted, the launch function's name, a
+    namespace with the same functions as plain Python)."""
     import numba
     k = _Kernel(py, block)
     typemap = k.probe_types(types) if k.expanded else {}
-    module = k.generate(typemap)
-    ns = k.namespace()
-    exec(compile(module, py.__code__.co_filename, "exec"), ns)
+    module = _Guard(k.nthreads).visit(k.generate(typemap))
+    code = compile(module, py.__code__.co_filename, "exec")
+    ns, python = k.namespace(), k.namespace(python=True)
+    exec(code, ns)
+    exec(code, python)
     for name in k.functions:
         ns[name] = numba.njit(boundscheck=True, error_model="numpy")(ns[name])
-    return module, ns, "launch__c"
+    return module, ns, "launch__c", python
 
 
 def _is_cuda(node, g):
@@ -607,11 +721,12 @@ class _Kernel:
         for d in self.devices.values():
             ns[d] = numba.njit(boundscheck=True, error_model="numpy")(ns[d])
 
-    def namespace(self):
-        """The generated module's globals: the kernel's, its constants, numpy and the atomics."""
+    def namespace(self, python=False):
+        """The generated module's globals: the kernel's, its constants, numpy, the atomics and the helpers (`python`:
+        as plain Python functions, for running a block again as Python)."""
         ns = dict(self.g)
         ns.update(self.consts)
-        ns.update(np__c=np, math__c=math, **{f"atomic_{op}__c": _ATOMIC_PY[op] for op in ATOMICS})
+        ns.update(np__c=np, math__c=math, poll__c=_poll, Stop__c=_Stop, ix__c=_ix if python else _IX[0], **{f"atomic_{op}__c": _ATOMIC_PY[op] for op in ATOMICS})
         return ns
 
     # -- code generation --
@@ -629,11 +744,12 @@ class _Kernel:
         for i in sorted(self.separate):
             defs.append(self._unit_fn(i, self.units[i]))
         params = "".join(f", {p}" for p in self.params)
-        head = [f"def launch__c(gdx__c, gdy__c, gdz__c{params}):",
-                "    for bz__c in range(gdz__c):",
-                "        for by__c in range(gdy__c):",
-                "            for bx__c in range(gdx__c):"]
+        head = [f"def launch__c(gdx__c, gdy__c, gdz__c, at__c{params}):",
+                "    for bz__c in range(at__c[2], at__c[5]):",
+                "        for by__c in range(at__c[1], at__c[4]):",
+                "            for bx__c in range(at__c[0], at__c[3]):"]
         ind = " " * 16
+        head.append(f"{ind}at__c[6] = bx__c\n{ind}at__c[7] = by__c\n{ind}at__c[8] = bz__c")
         for name, (shape, dt) in self.shared.items():
             head.append(f"{ind}{name} = np__c.empty({shape!r}, {dt})")
         for v in self.expanded:
@@ -687,8 +803,9 @@ class _Kernel:
     def _thread_loop(self, inner, anchor):
         """for t__c in range(threads): if the thread has not returned: tid, tx, ty, tz, then `inner`."""
         loop = ast.parse(f"for tid__c in range({self.nthreads}):\n    if exited__c[tid__c] == 0:\n        pass").body[0]
+        self._located([loop], anchor)   # before `inner` goes in: its statements keep their own lines
         loop.body[0].body = self._thread_prologue(anchor) + inner
-        return self._located([loop], anchor)[0]
+        return loop
 
     def _emit(self, parts, counter):
         """Statements of the launch's block body for these parts."""
@@ -737,6 +854,47 @@ class _Kernel:
         bx, by, _ = self.block
         src = f"tx__c = tid__c % {bx}\nty__c = (tid__c // {bx}) % {by}\ntz__c = tid__c // {bx * by}"
         return [ast.copy_location(s, anchor) for s in ast.parse(src).body]
+
+
+class _Guard(ast.NodeTransformer):
+    """Ticks in the generated module, counted in each function's local ticks__c: once in POLL_TICKS ticks, _poll
+    says whether to stop. So a kernel that never ends (or a grid far too large) stops at the launch's deadline or at
+    a Ctrl-C, which numba's compiled code cannot otherwise see. A `while` ticks every iteration (a spin never ends),
+    a `for` once as it starts (its range bounds it; a tick in a matmul's inner loop cost a third of a training
+    step), the loop over blocks once per thread of each block; the loops over threads do not tick."""
+
+    def __init__(self, nthreads):
+        self.nthreads = nthreads
+
+    def visit_FunctionDef(self, node):
+        self.generic_visit(node)
+        node.body = self._located(ast.parse("ticks__c = 0").body, node) + node.body
+        return node
+
+    def visit_While(self, node):
+        self.generic_visit(node)
+        node.body = self._tick(1, node) + node.body
+        return node
+
+    def visit_For(self, node):
+        self.generic_visit(node)
+        target = getattr(node.target, "id", "")
+        if target == "bx__c":
+            node.body = self._tick(self.nthreads, node) + node.body
+        elif target in ("tid__c", "by__c", "bz__c"):
+            return node
+        return self._tick(1, node) + [node]
+
+    def _tick(self, weight, anchor):
+        return self._located(ast.parse(f"ticks__c += {weight}\nif ticks__c >= {POLL_TICKS}:\n    ticks__c = 0\n"
+                                       "    if poll__c() != 0:\n        raise Stop__c('stopped')").body, anchor)
+
+    @staticmethod
+    def _located(stmts, anchor):
+        for st in stmts:
+            for n in ast.walk(st):
+                ast.copy_location(n, anchor)
+        return stmts
 
 
 class _Returns(ast.NodeTransformer):
@@ -865,6 +1023,22 @@ class _CudaRewriter(ast.NodeTransformer):
     def visit_Lambda(self, node):
         raise Unsupported("a lambda inside a kernel", node)
 
+    def visit_Subscript(self, node):
+        """a[i, j] -> a[ix__c(i), ix__c(j)]: a negative index is refused, not wrapped (slices, constants >= 0 stay)."""
+        self.generic_visit(node)
+        node.slice = self._checked(node.slice)
+        return node
+
+    def _checked(self, index):
+        if isinstance(index, ast.Tuple):
+            index.elts = [self._checked(e) for e in index.elts]
+            return index
+        if isinstance(index, ast.Slice) or (isinstance(index, ast.Constant) and isinstance(index.value, int)
+                                            and index.value >= 0):
+            return index
+        return ast.copy_location(ast.Call(ast.copy_location(ast.Name("ix__c", ast.Load()), index), [index], []),
+                                 index)
+
 
 def _atomic(op):
     """A plain read-modify-write in place of cuda.atomic.<op>: returns the old value, as CUDA does."""
@@ -899,6 +1073,25 @@ def _atomic(op):
 
     fns = {"add": add, "sub": sub, "max": max_, "min": min_, "exch": exch}
     return numba.njit(boundscheck=True, error_model="numpy")(fns[op])
+
+
+class _LazyIx(list):
+    """[the njit version of _ix], compiled on first use."""
+
+    def __getitem__(self, k):
+        if not len(self):
+            import numba
+            self.append(numba.njit(error_model="numpy")(_ix_jit))
+        return list.__getitem__(self, k)
+
+
+def _ix_jit(i):
+    if i < 0:
+        raise IndexError("a negative index")
+    return i
+
+
+_IX = _LazyIx()
 
 
 class _LazyAtomics(dict):

@@ -252,7 +252,9 @@ def patch_simulator():
     3. Hooks for `instruments()`: new shared and local arrays can be filled and reported, atomic adds and
        barriers (`cuda.syncthreads()`) observed.
     4. Blocks run on reused threads that wait on one condition (`_install_block_pool`): the same semantics,
-       2-3x faster (see its docstring)."""
+       2-3x faster (see its docstring).
+    5. A negative index into a kernel's array argument is refused (`_refuse_negative_indices`), as on the
+       executor, instead of wrapping to the array's end."""
     K, kernel = internals()
     if getattr(K.FakeCUDAShared.array, "_course", False):
         return
@@ -295,9 +297,41 @@ def patch_simulator():
     for f in (shared_array, local_array, atomic_add, syncthreads):
         f._course = True
     K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = shared_array, local_array, atomic_add
+    _refuse_negative_indices()
     K.FakeCUDAModule.syncthreads = syncthreads
     kernel.swapped_cuda_module = K.swapped_cuda_module = _counted_swap   # item 2, on every numba-cuda
     _install_block_pool(kernel)
+
+
+def negative_index(i):
+    """What the executor and the simulator say of a negative index into an array in a kernel."""
+    return (f"index {i} is negative: out of bounds (the course refuses it: NumPy's rule would take the array's end "
+            "instead, which hides an off-by-one)")
+
+
+def _refuse_negative_indices():
+    """Item 5 of patch_simulator: a kernel's array argument (`FakeWithinKernelCUDAArray`,
+    numba_cuda/numba/cuda/simulator/cudadrv/devicearray.py) refuses a negative index, which NumPy's indexing under
+    it would wrap to the end: `out[i - 1]` at i = 0 wrote the last element. The executor refuses it too (cpu._ix)."""
+    from numba.cuda.simulator.cudadrv import devicearray
+    import numpy as np
+    cls = devicearray.FakeWithinKernelCUDAArray
+    get, put = cls.__getitem__, cls.__setitem__
+
+    def refuse(idx):
+        for i in idx if isinstance(idx, tuple) else (idx,):
+            if isinstance(i, (int, np.integer)) and i < 0:
+                raise IndexError(negative_index(i))
+
+    def getitem(self, idx):
+        refuse(idx)
+        return get(self, idx)
+
+    def setitem(self, idx, val):
+        refuse(idx)
+        return put(self, idx, val)
+
+    cls.__getitem__, cls.__setitem__ = getitem, setitem
 
 
 MAX_IDLE_THREADS = 4096  # simulated GPU threads kept waiting for the next block, over all block shapes
@@ -384,6 +418,8 @@ def _install_launch_deadline(kernel):
         if getattr(self, "_device", False) or getattr(_launch, "deadline", None) is not None:
             return upstream(self, *args)
         import time
+        check_launch(self.py_func.__name__, *kernel.normalize_kernel_dimensions(self.grid_dim, self.block_dim))
+        refuse_shuffles(self.py_func)
         heal_swaps()                     # what a stopped launch's threads left behind (see _counted_swap)
         _launch.deadline = time.monotonic() + launch_deadline()
         try:
@@ -520,6 +556,77 @@ def _install_block_pool(kernel):
     _install_launch_deadline(kernel)
 
 
+MAX_BLOCK_THREADS = 1024                      # CUDA's limits on every GPU since compute capability 2.0
+MAX_BLOCK_DIM = (1024, 1024, 64)              # a block's x, y, z
+MAX_GRID_DIM = (2**31 - 1, 65535, 65535)      # a grid's x, y, z
+
+
+class LaunchConfigError(ValueError):
+    """A launch configuration a GPU refuses (cuLaunchKernel: CUDA_ERROR_INVALID_VALUE); the executor and the
+    simulator refuse it too."""
+
+
+def check_launch(name, grid, block):
+    """Refuse, as a GPU does, a launch whose grid or block (3-tuples of ints) is outside CUDA's limits: one line
+    naming the kernel, the launch, what is wrong and the limit. Shared by the executor and the simulator."""
+    if (all(0 < g <= m for g, m in zip(grid, MAX_GRID_DIM)) and all(0 < b <= m for b, m in zip(block, MAX_BLOCK_DIM))
+            and block[0] * block[1] * block[2] <= MAX_BLOCK_THREADS):
+        return                                          # the common case: a few comparisons
+    launch = f"{name}[{_dims_text(grid)}, {_dims_text(block)}]"
+    why = None
+    for what, dims, limits in (("grid", grid, MAX_GRID_DIM), ("block", block, MAX_BLOCK_DIM)):
+        for axis, v, m in zip("xyz", dims, limits):
+            if v <= 0:
+                why = f"the {what}'s {axis} is {v}: every size of a grid and a block must be at least 1"
+            elif v > m:
+                why = f"the {what}'s {axis} is {v:,}: at most {m:,}"
+            if why:
+                break
+        if why:
+            break
+    if why is None:
+        why = f"a block of {block[0] * block[1] * block[2]:,} threads: at most {MAX_BLOCK_THREADS:,}"
+    raise LaunchConfigError(f"{launch}: a GPU refuses this launch (CUDA_ERROR_INVALID_VALUE): {why}")
+
+
+_shuffles = {}  # a kernel's py_func -> (function, shuffle) of the first warp shuffle it or a device function calls
+
+
+def refuse_shuffles(py):
+    """Raise NotSimulable, one line, for a kernel that calls a warp shuffle (itself or in a device function it
+    calls): neither numba's simulator nor the CPU executor has them (the simulator fails with an AttributeError)."""
+    if py not in _shuffles:
+        _shuffles[py] = _shuffle_in(py, set())
+    found = _shuffles[py]
+    if found:
+        where = "" if found[0] == py.__name__ else f" (in its device function {found[0]})"
+        raise NotSimulable(f"{py.__name__} calls cuda.{found[1]}{where}: a warp shuffle needs a GPU; neither "
+                           "numba's CUDA simulator nor the CPU executor has one")
+
+
+def _shuffle_in(py, seen):
+    """(function name, shuffle) for the first warp shuffle py or a device function it names calls, else None."""
+    seen.add(py)
+    used = [n for n in SHUFFLES if _nested_name(py.__code__, n)]
+    if used:
+        return py.__name__, used[0]
+    for name, v in py.__globals__.items():
+        dev = getattr(v, "py_func", None)
+        if dev is not None and dev not in seen and _nested_name(py.__code__, name):
+            found = _shuffle_in(dev, seen)
+            if found:
+                return found
+    return None
+
+
+def _dims_text(d):
+    """(256, 1, 1) -> '256', (4, 2, 1) -> '(4, 2)': a launch's dimensions as a student writes them."""
+    d = list(d)
+    while len(d) > 1 and d[-1] == 1:
+        d.pop()
+    return str(d[0]) if len(d) == 1 else "(" + ", ".join(map(str, d)) + ")"
+
+
 _route = []  # the CPU executor's hook, once installed (route_launches)
 
 
@@ -540,6 +647,8 @@ def route_launches(hook):
         if self._device or kernel._kernel_context is not None:
             return upstream(self, *args)
         grid, block = kernel.normalize_kernel_dimensions(self.grid_dim, self.block_dim)
+        check_launch(self.py_func.__name__, grid, block)
+        refuse_shuffles(self.py_func)
         if _route[0](self, tuple(grid), tuple(block), self.dynshared_size, args):
             return None
         return upstream(self, *args)

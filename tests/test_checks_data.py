@@ -34,6 +34,13 @@ WRONG_CONSTANT = ("255.0", "256.0")
     bug("integer division", ["expected"], ("x[i] / np.float32(255.0)", "x[i] // 255")),
     # forgets blockIdx: only the first block's worth of elements gets written
     bug("forgets blockIdx", ["never written"], ("cuda.grid(1)", "cuda.threadIdx.x")),
+    # issue 47 item 11: the threads past the end skip the barrier; the simulator's results came out right
+    bug("a barrier only some threads reach", ["cuda.syncthreads() on line", "depends on the thread"],
+        ("    if i < out.size:    # the last block", "    if i < out.size:\n        cuda.syncthreads()\n"
+                                                    "    if i < out.size:    # the last block")),
+    # issue 47 item 9: off by one twice; NumPy's wrap of out[-1] made it right, the course refuses the index
+    bug("indexes from -1", ["index -1 is negative"], ("i < out.size", "i <= out.size"),
+        ("out[i] = x[i]", "out[i - 1] = x[i - 1]")),
 ])
 def test_scale_check_rejects(edits, says):
     with pytest.raises(CheckFailure) as e:

@@ -217,8 +217,92 @@ def unguarded_kernel(x, out):
 
 
 def test_out_of_bounds_raises_index_error(executor):
-    with pytest.raises(IndexError):
+    """Issue 47 item 10: numba's compiled code says only 'index is out of bounds'; the executor runs the failing
+    block again as Python, which names the kernel, the line, the block, the thread, the index and the size."""
+    line = unguarded_kernel.py_func.__code__.co_firstlineno + 4
+    with pytest.raises(IndexError) as e:
         unguarded_kernel[2, 32](d(np.zeros(40, np.float32)), d(np.zeros(64, np.float32)))
+    assert str(e.value) == (f"unguarded_kernel, line {line}, block 1, thread 8: index 40 is out of bounds for axis "
+                            "0 with size 40")
+
+
+@cuda.jit
+def shift_kernel(a, out):
+    """An off-by-one: thread 0 writes out[-1], which NumPy's rule (and numba's) wraps to the last element."""
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i - 1] = a[i]
+
+
+def test_a_negative_index_is_out_of_bounds_on_the_executor_and_in_the_simulator():
+    """Issue 47 item 9: both refused it as out of bounds instead of writing the array's last element."""
+    line = shift_kernel.py_func.__code__.co_firstlineno + 5
+    says = "index -1 is negative: out of bounds"
+    for where, prefix in ((cpu.running, f"shift_kernel, line {line}, block 0, thread 0: "),
+                          (cpu.simulating, "tid=[0, 0, 0] ctaid=[0, 0, 0]: ")):
+        out = d(np.zeros(8))
+        with where(), pytest.raises(IndexError) as e:
+            shift_kernel[1, 8](d(np.arange(8.0)), out)
+        assert str(e.value).startswith(prefix + says), str(e.value)
+        assert out.copy_to_host()[-1] == 0
+    ok = d(np.zeros(8))
+    with cpu.running():
+        early_return_kernel[1, 8](d(np.ones(8, np.float32)), ok, 8)  # indices from 0 up: unchanged
+    np.testing.assert_array_equal(ok.copy_to_host(), 1 + 8 - np.arange(8))
+
+
+@cuda.jit
+def wait_kernel(flag, out):
+    """A thread waiting for something that never happens: nothing sets flag[0]."""
+    i = cuda.grid(1)
+    while flag[0] == 0:
+        pass
+    out[i] = 1.0
+
+
+@cuda.jit
+def ones_kernel(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = 1.0
+
+
+def test_a_kernel_that_never_ends_stops_at_the_deadline_in_one_line(executor, monkeypatch):
+    """Issue 47 item 7: numba's compiled loops poll the clock (cpu._Guard); the simulator's deadline applies."""
+    import time
+    from course import device
+    flag, out = d(np.zeros(1, np.int32)), d(np.zeros(64, np.float32))
+    ones_kernel[1, 32](out)                       # compiled before the clock starts
+    wait_kernel[1, 32](d(np.ones(1, np.int32)), out)
+    monkeypatch.setenv(device.DEADLINE_ENV, "1")
+    for launch in (lambda: wait_kernel[2, 32](flag, out), lambda: ones_kernel[2**31 - 1, 1024](out)):
+        t0 = time.perf_counter()
+        with pytest.raises(device.LaunchDeadline) as e:
+            launch()
+        assert time.perf_counter() - t0 < 1 + 5.0  # + a loaded machine's slack
+        assert "ran for more than 1 s on the CPU executor" in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value).startswith("ones_kernel ran")
+    ones_kernel[2, 32](out)
+    assert out.copy_to_host().sum() == 64
+
+
+def test_a_ctrl_c_stops_a_launch_on_the_executor(executor):
+    """Issue 47 item 7: a Ctrl-C during a launch that never ends stops it, in one line naming the kernel."""
+    import signal
+    import threading
+    import time
+    flag, out = d(np.zeros(1, np.int32)), d(np.zeros(64, np.float32))
+    wait_kernel[1, 32](d(np.ones(1, np.int32)), out)  # compiled first
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt, match="^wait_kernel was interrupted \\(Ctrl-C\\) on the CPU executor$"):
+        wait_kernel[2, 32](flag, out)
+    assert time.perf_counter() - t0 < 0.5 + 5.0  # not at the launch's deadline (120 s)
+    timer.join()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    ones_kernel[2, 32](out)
+    assert out.copy_to_host().sum() == 64
 
 
 @cuda.jit
@@ -388,3 +472,27 @@ def test_a_ctrl_c_during_a_compile_is_raised_after_it_not_dropped():
     finally:
         sys.unraisablehook = hook
     assert dropped == [KeyboardInterrupt]
+
+
+@cuda.jit(device=True)
+def _half_warp_sum(v):
+    return v + cuda.shfl_down_sync(0xFFFFFFFF, v, 16)
+
+
+@cuda.jit
+def shuffle_kernel(x, out):
+    """A warp shuffle in a device function: neither the executor nor the simulator has one."""
+    i = cuda.grid(1)
+    out[i] = _half_warp_sum(x[i])
+
+
+def test_a_warp_shuffle_says_in_one_line_that_it_needs_a_gpu():
+    """Issue 47 item 12: the executor used to promise a simulator run that ended in an AttributeError."""
+    from course.device import NotSimulable
+    x, out = d(np.ones(32, np.float32)), d(np.zeros(32, np.float32))
+    for where in (cpu.running, cpu.simulating):
+        with where(), pytest.raises(NotSimulable) as e:
+            shuffle_kernel[1, 32](x, out)
+        assert str(e.value) == ("shuffle_kernel calls cuda.shfl_down_sync (in its device function _half_warp_sum): "
+                                "a warp shuffle needs a GPU; neither numba's CUDA simulator nor the CPU executor "
+                                "has one")

@@ -473,3 +473,31 @@ def test_an_interrupted_launch_leaves_no_thread_running():
     timer.join()
     assert not _busy_workers()
     _a_correct_launch_is_fast()
+
+
+@sim_only
+@pytest.mark.parametrize("grid, block, says", [
+    (1, 2048, "the block's x is 2,048: at most 1,024"),
+    (1, (32, 32, 2), "a block of 2,048 threads: at most 1,024"),
+    (1, (1, 1, 65), "the block's z is 65: at most 64"),
+    ((1, 70000), 1, "the grid's y is 70,000: at most 65,535"),
+    ((1, 1, 65536), 1, "the grid's z is 65,536: at most 65,535"),
+    (2**31, 1024, "the grid's x is 2,147,483,648: at most 2,147,483,647"),
+    (0, 32, "the grid's x is 0: every size"),
+    (-1, 32, "the grid's x is -1: every size"),
+    (1, 0, "the block's x is 0: every size"),
+])
+def test_a_launch_a_gpu_refuses_is_refused_on_the_executor_and_in_the_simulator(grid, block, says):
+    """Issue 47 item 8: CUDA's launch limits, checked in one place (device.check_launch) for both, before any
+    thread runs (k[2**31, 1024] used to run for minutes; k[0, 32] did nothing)."""
+    from course import cpu
+    out = cuda.to_device(np.zeros(64, np.float32))
+    for where in (cpu.running, cpu.simulating):
+        with where(), pytest.raises(device.LaunchConfigError) as e:
+            ones[grid, block](out)
+        msg = str(e.value)
+        assert msg.startswith("ones[") and "a GPU refuses this launch (CUDA_ERROR_INVALID_VALUE)" in msg, msg
+        assert says in msg and "\n" not in msg, msg
+    assert out.copy_to_host().sum() == 0
+    ones[2, (32, 32)](out)  # the limits themselves are allowed: 1,024 threads a block
+    assert out.copy_to_host().sum() == 64

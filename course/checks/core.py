@@ -559,6 +559,7 @@ def launch(exercise, case, kernel, grid, block, args, hint):
     if not (hasattr(kernel, "py_func") and hasattr(kernel, "__getitem__")):  # an int, a plain function, ...
         fail(exercise, case, f"expected a @cuda.jit kernel, got {_what(kernel)}", hint)
     compile_gate(exercise, case, kernel, args)
+    refuse_divergent_barriers(exercise, kernel, hint)
     try:
         with quiet_simulator():
             kernel[grid, block](*args)
@@ -797,6 +798,19 @@ def divergent_barriers(kernel):
             if any(isinstance(n, ast.Return) for n in ast.walk(node)):
                 found += [first + b.lineno for b in barriers if b.lineno > node.lineno and b not in inner]
     return sorted(set(found))
+
+
+def refuse_divergent_barriers(exercise, kernel, hint):
+    """Fail, naming the line, if a cuda.syncthreads() of the kernel is one that only some threads reach
+    (divergent_barriers): the simulator's threads that skip it, or return, no longer count at the barrier, so the
+    results come out right, and the executor refuses the saved kernel later."""
+    __tracebackhide__ = True
+    lines = divergent_barriers(kernel)
+    if lines:
+        fail(exercise, "(reading the kernel's code)", f"cuda.syncthreads() on line {', '.join(map(str, lines))} is "
+             "inside an `if` (or a loop, or after a `return`) that depends on the thread: not every thread of the "
+             "block reaches it, which is undefined behaviour on a GPU (a hang, or a result that is right by luck)",
+             hint)
 
 
 # --- the compile gate: what a GPU's compiler refuses, and float64 in float32 kernels, on either machine --------
