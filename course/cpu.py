@@ -147,15 +147,23 @@ def _out_of_bounds(py, compiled, grid, at, arrays, e):
     except IndexError as again:
         frame = _kernel_frame(again.__traceback__, py.__code__.co_filename)
         if frame is not None:
-            tid, bx, by, _ = (frame.f_locals.get(n) for n in ("tid__c", "bx__c", "by__c", "bz__c"))
-            thread = [int(tid) % compiled.block[0], int(tid) // compiled.block[0] % compiled.block[1],
-                      int(tid) // (compiled.block[0] * compiled.block[1])] if tid is not None else None
-            where = f"{py.__name__}, line {frame.f_lineno}, block {_xyz(block)}" + (
-                f", thread {_xyz(thread)}" if thread else "")
-            return f"{where}: {again}"
-    except Exception:
+            line, thread = _frame_where(frame, compiled.block)
+            return f"{py.__name__}, {line}, block {_xyz(block)}{thread}: {again}"
+    except Exception:  # noqa: BLE001 (the Python run went otherwise: a division by zero, the deadline)
         pass
     return f"{where}: {e} (numba's CPU code names no line; run the launch inside course.cpu.simulating() to see it)"
+
+
+def _frame_where(frame, block):
+    """('line 12' (of the kernel) or 'line 40 of tile_dot' (a device function), ', thread 5' or ''), from a frame of
+    the generated code run as Python."""
+    name = frame.f_code.co_name
+    where = f"line {frame.f_lineno}" + (f" of {name.rsplit('__d', 1)[0]}" if "__d" in name else "")
+    tid = frame.f_locals.get("tid__c")
+    if tid is None:
+        return where, ""
+    tid = int(tid)
+    return where, f", thread {_xyz([tid % block[0], tid // block[0] % block[1], tid // (block[0] * block[1])])}"
 
 
 def _kernel_frame(tb, filename):

@@ -33,7 +33,8 @@ def gather(X, idx, out=None, stream=0):
 
     idx values must lie in [0, N) and are NOT checked (that would cost a copy to the host every batch): the caller
     guarantees it. An index outside reads outside X: on a GPU an illegal address, which poisons the process's CUDA
-    context; without a GPU N raises IndexError and -1 silently reads the last row."""
+    context (numba wraps -1 to the last row there, NumPy's rule); in the simulator and on the CPU executor both N
+    and -1 raise IndexError."""
     require("X", X, np.float32, ndim=2)
     require("idx", idx, (np.int32, np.int64), ndim=1)
     if out is None:

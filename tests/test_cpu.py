@@ -226,6 +226,26 @@ def test_out_of_bounds_raises_index_error(executor):
                             "0 with size 40")
 
 
+@cuda.jit(device=True)
+def _read(x, i):
+    return x[i]
+
+
+@cuda.jit
+def read_through_a_device_function(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = _read(x, i)
+
+
+def test_out_of_bounds_in_a_device_function_names_it(executor):
+    line = _read.py_func.__code__.co_firstlineno + 2
+    with pytest.raises(IndexError) as e:
+        read_through_a_device_function[1, 32](d(np.ones(8, np.float32)), d(np.ones(32, np.float32)))
+    assert str(e.value) == (f"read_through_a_device_function, line {line} of _read, block 0, thread 8: index 8 is "
+                            "out of bounds for axis 0 with size 8")
+
+
 @cuda.jit
 def shift_kernel(a, out):
     """An off-by-one: thread 0 writes out[-1], which NumPy's rule (and numba's) wraps to the last element."""
