@@ -15,7 +15,6 @@ one) with one seed; the best recipes then run with SEEDS seeds and the median is
 A schedule is "const" or "linear-E": the rate falls linearly to zero over E epochs (then the run ends), changed
 once per evaluation interval on both sides.
 """
-import math
 import platform
 import sys
 import time
