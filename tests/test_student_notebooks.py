@@ -1,9 +1,11 @@
 """The student copies (notebooks/exercises/): what the generator writes into them, and that they run.
 
 Fast tests (no kernel): saved GPU outputs carried as markdown, no empty or directive cells, the format Jupyter
-writes, solutions pasted back by exercise label. Slow tests (a Jupyter kernel in the simulator): each copy stops at
-its first exercise, and (SLOW: about as long as running every notebook, ~10 min on 2 cores) each copy with every
-solution pasted back runs to the end, where 06 has learned."""
+writes, solutions pasted back by exercise label, and past its first cell a copy with its solutions runs the solution
+notebook's code, cell for cell. Slow tests (a Jupyter kernel): each copy stops at its first exercise (its first cell,
+the Colab block and `course.use_mine()`, run there), and the copies that end with the `use_mine` payoff (06, 07, 13)
+run to the end with every solution pasted back, where 06 has learned. The other copies are not run to the end: the
+nbval run of their solution notebook executes the same code (checked here, fast), so each notebook runs once."""
 import copy
 import re
 
@@ -15,6 +17,7 @@ from nbclient.exceptions import CellExecutionError
 from course.tools import nbtools
 
 STUDENT = sorted(nbtools.EXERCISES.glob("*.ipynb"))
+PAYOFF = [p for p in STUDENT if p.name in nbtools.MINE_PAYOFF]  # run to the end: code no solution notebook holds
 DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_time", "09_matmul", "10_phases", "13_epoch", "14_race"]
 
 
@@ -177,11 +180,25 @@ def printed(nb):
                    if o.get("name") == "stdout")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
+def test_student_copy_with_solutions_runs_the_solution_notebooks_code(path):
+    """Past its first code cell (the Colab block and `course.use_mine()` added, run by the stop-at-first-exercise
+    test) and the payoff cells, a copy with its solutions holds the solution notebook's code cells, in order: the
+    nbval run of the solution notebook runs what the student's copy would."""
+    code = lambda cells: [(c["id"], nbtools._strip(nbtools.source(c))) for c in cells if c["cell_type"] == "code"]
+    solution = [(i, src) for i, src in code(nbtools.read(nbtools.NOTEBOOKS / path.name)["cells"]) if src.strip()]
+    student = code(nbtools.student_copy_with_solutions(path).cells)
+    assert student[0][0] == solution[0][0] and solution[0][1].strip() in student[0][1], path.name
+    assert [c for c in student[1:] if c[0] != "mine-run"] == solution[1:], path.name
+    assert path in PAYOFF or not any(i == "mine-run" for i, _ in student), path.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PAYOFF, ids=lambda p: p.name)
 def test_student_notebook_with_solutions_runs_to_the_end(path):
     """SLOW (the whole notebook in the simulator: 1-2 minutes each): a student who solves every exercise gets
-    through the notebook, every check passing; in 06 the network learns."""
+    through the notebook, every check passing, and its payoff says whose kernels ran (the earlier notebooks'
+    solutions were saved by their nbval runs on this worker: conftest.py); in 06 the network learns."""
     nb = run_student(path, nbtools.student_copy_with_solutions(path))
     text = printed(nb)
     labels = sorted({nbtools.exercise_label(c.source) for c in nb.cells if c.cell_type == "code"} - {None})
