@@ -24,11 +24,13 @@ def test_each_test_process_saves_passes_into_a_mine_folder_of_its_own(pytestconf
 
 
 def test_the_notebook_runs_are_one_unit_and_every_other_test_goes_with_its_file(pytestconfig):
-    """xdist's unit of work (conftest.py): nbval's cells and the student copies with the payoff together, in that
-    order (the payoff finds the solutions their checks saved); any other test with the tests of its file."""
+    """xdist's unit of work (conftest.py): the student copies run with their solutions together (the payoff of 06
+    finds the solutions the earlier ones saved); any other test with the tests of its file, nbval's cells with
+    their notebook's."""
     root = loaded(pytestconfig, TESTS.parent / "conftest.py")
-    payoff = f"tests/test_student_notebooks.py::{root.PAYOFF_TEST}[06_train.ipynb]"
-    assert root.scope("notebooks/01_data.ipynb::Cell 3") == root.scope(payoff) == root.NOTEBOOK_RUNS
+    run = f"tests/test_student_notebooks.py::{root.PAYOFF_TEST}[%s]"
+    assert root.scope(run % "01_data.ipynb") == root.scope(run % "06_train.ipynb") == root.NOTEBOOK_RUNS
+    assert root.scope("notebooks/01_data.ipynb::Cell 3") == "notebooks/01_data.ipynb"
     assert root.scope("tests/test_student_notebooks.py::test_student_notebook_stops_at_first_exercise[06_train."
                       "ipynb]") == "tests/test_student_notebooks.py"
     assert root.scope("tests/test_mine.py::test_x[a::b]") == "tests/test_mine.py"
