@@ -1,7 +1,7 @@
 """What lets the suite run on several cores (pytest-xdist: conftest.py, tests/conftest.py)."""
 import os
 from pathlib import Path
-
+from types import SimpleNamespace
 
 TESTS = Path(__file__).resolve().parent
 
@@ -23,14 +23,15 @@ def test_each_test_process_saves_passes_into_a_mine_folder_of_its_own(pytestconf
     assert own_mine_dir(user, 100) == own_mine_dir(user, 101) == "/somewhere/mine"
 
 
-def test_the_notebook_runs_are_one_unit_and_every_other_test_goes_with_its_file(pytestconfig):
-    """xdist's unit of work (conftest.py): the student copies run with their solutions together (the payoff of 06
-    finds the solutions the earlier ones saved); any other test with the tests of its file, nbval's cells with
-    their notebook's."""
+def test_files_with_a_slow_test_come_first_and_keep_their_order(pytestconfig):
+    """Root conftest.py: under --dist loadfile a worker takes a whole file; the long ones start first, and a file's
+    tests keep their order (the student copies run to the end 01 to 14: the later payoffs use the earlier passes)."""
     root = loaded(pytestconfig, TESTS.parent / "conftest.py")
-    run = f"tests/test_student_notebooks.py::{root.PAYOFF_TEST}[%s]"
-    assert root.scope(run % "01_data.ipynb") == root.scope(run % "06_train.ipynb") == root.NOTEBOOK_RUNS
-    assert root.scope("notebooks/01_data.ipynb::Cell 3") == "notebooks/01_data.ipynb"
-    assert root.scope("tests/test_student_notebooks.py::test_student_notebook_stops_at_first_exercise[06_train."
-                      "ipynb]") == "tests/test_student_notebooks.py"
-    assert root.scope("tests/test_mine.py::test_x[a::b]") == "tests/test_mine.py"
+
+    def item(path, slow):
+        return SimpleNamespace(path=Path(path), slow=slow, get_closest_marker=lambda name: slow or None,
+                               add_marker=lambda mark: None)
+    items = [item("a.py", False), item("b.py", False), item("b.py", True), item("c.py", False)]
+    root.pytest_collection_modifyitems(items)
+    assert [(str(i.path), i.slow) for i in items] == [("b.py", False), ("b.py", True), ("a.py", False),
+                                                      ("c.py", False)]

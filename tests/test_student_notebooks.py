@@ -3,9 +3,9 @@
 Fast tests (no kernel): saved GPU outputs carried as markdown, no empty or directive cells, the format Jupyter
 writes, solutions pasted back by exercise label, and a copy with its solutions holding its solution notebook's code
 cell for cell. Slow tests (a Jupyter kernel): each copy stops at its first exercise, and (SLOW: about as long as
-running every notebook, ~10 min on 2 cores) each copy with every solution pasted back runs to the end, in order, on
-one worker (conftest.py): the passes it saves are the use_mine payoff's of the later ones (06, 07, 13); 06 learns.
-That run is also the solution notebook's: its cells marked `# NBVAL_CHECK_OUTPUT` must print what the saved GPU
+running every notebook, ~10 min on 2 cores) each copy with every solution pasted back runs to the end, 01 to 14 on
+one worker (a file's tests share one: conftest.py), the passes it saves used by the use_mine payoffs of the later
+ones (06, 07, 13); 06 learns. That run is also the solution notebook's: its cells marked `# NBVAL_CHECK_OUTPUT` must print what the saved GPU
 run printed, as nbval checks them (`pytest` runs no notebook twice; `pytest notebooks/NN_topic.ipynb` runs nbval)."""
 
 import copy
