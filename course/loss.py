@@ -6,7 +6,7 @@
 import math
 
 import numpy as np
-from numba import cuda, float32  # float32: the dtype of shared arrays (np.float32 is the same)
+from numba import cuda
 
 from course.util import cdiv, require, require_apart
 

@@ -16,7 +16,7 @@ from course.forward import mlp_forward
 from course.gather import gather, gather_labels
 from course.grad import mlp_backward, mlp_grads_ref, mlp_loss_ref
 from course.loss import count_correct, cross_entropy
-from course.update import SGD, Adam, Diverged, FlatParams, Momentum, adam_ref, check_loss, momentum_ref, sgd_ref
+from course.update import SGD, Adam, FlatParams, Momentum, adam_ref, check_loss, momentum_ref, sgd_ref
 
 OPTIMIZERS = {"sgd": SGD, "momentum": Momentum, "adam": Adam}
 

@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
-import course  # first: it picks the GPU or the simulator
-from numba import cuda, int32
+import course  # noqa: F401  (first: it picks the GPU or the simulator)
+from numba import cuda
 
 ITERS = 20000
 

@@ -6,7 +6,7 @@ thread of 132 blocks x 512 chasing), the same from DRAM (a 256 MB chase), a shar
 Usage: python scripts/latency_probe.py   (GPU only)"""
 import numpy as np
 from llvmlite import ir
-from numba import cuda, int32, int64, types, uint64
+from numba import cuda, int32, types
 from numba.cuda.extending import intrinsic
 
 import course  # noqa: F401

@@ -22,8 +22,18 @@ if course.SIMULATOR:
     course.cpu.enable(False)
 
 # A passing check saves the solution for course.use_mine(): in tests (and the notebooks and JupyterLab they start),
-# into a folder of the test run, never into the checkout's notebooks/exercises/mine/.
-os.environ.setdefault("COURSE_MINE_DIR", os.path.join(tempfile.mkdtemp(prefix="course-mine-"), "mine"))
+# into a folder of this test process, never into the checkout's notebooks/exercises/mine/. Each pytest-xdist worker
+# makes its own (a worker inherits the controller's environment, so an inherited folder of ours is replaced); a
+# COURSE_MINE_DIR set before pytest is kept.
+def own_mine_dir(environ, pid):
+    """Point environ's COURSE_MINE_DIR at a new folder for process `pid`, unless it was set before pytest."""
+    if environ.get("COURSE_MINE_DIR_OF") not in (None, str(pid)) or "COURSE_MINE_DIR" not in environ:
+        environ["COURSE_MINE_DIR"] = os.path.join(tempfile.mkdtemp(prefix="course-mine-"), "mine")
+        environ["COURSE_MINE_DIR_OF"] = str(pid)
+    return environ["COURSE_MINE_DIR"]
+
+
+own_mine_dir(os.environ, os.getpid())
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,6 @@
 """course.cpu, the CPU executor: every kernel that training uses gives the NumPy references' results (and the
 simulator's) at odd sizes and several launch shapes; barriers inside loops; what it refuses, and the note it gives."""
 import os
-import shutil
 import sys
 
 import numpy as np

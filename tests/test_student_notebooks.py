@@ -1,9 +1,13 @@
 """The student copies (notebooks/exercises/): what the generator writes into them, and that they run.
 
 Fast tests (no kernel): saved GPU outputs carried as markdown, no empty or directive cells, the format Jupyter
-writes, solutions pasted back by exercise label. Slow tests (a Jupyter kernel in the simulator): each copy stops at
-its first exercise, and (SLOW: about as long as running every notebook, ~10 min on 2 cores) each copy with every
-solution pasted back runs to the end, where 06 has learned."""
+writes, solutions pasted back by exercise label, and a copy with its solutions holding its solution notebook's code
+cell for cell. Slow tests (a Jupyter kernel): each copy stops at its first exercise, and (SLOW: about as long as
+running every notebook, ~10 min on 2 cores) each copy with every solution pasted back runs to the end, 01 to 14 on
+one worker (a file's tests share one: conftest.py), the passes it saves used by the use_mine payoffs of the later
+ones (06, 07, 13); 06 learns. That run is also the solution notebook's: its cells marked `# NBVAL_CHECK_OUTPUT` must print what the saved GPU
+run printed, as nbval checks them (`pytest` runs no notebook twice; `pytest notebooks/NN_topic.ipynb` runs nbval)."""
+
 import copy
 import re
 
@@ -15,6 +19,9 @@ from nbclient.exceptions import CellExecutionError
 from course.tools import nbtools
 
 STUDENT = sorted(nbtools.EXERCISES.glob("*.ipynb"))
+CHECK_OUTPUT = "# NBVAL_CHECK_OUTPUT"  # a solution notebook's cell whose printed output must match the saved run's
+NOT_COMPARED = ("image/png", "image/jpeg")  # as nbval (without nbdime) compares outputs
+CR_RE = re.compile(r"^.*\r(?=[^\n])", re.M)  # a line a carriage return wrote over, as nbval drops it
 DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_time", "09_matmul", "10_phases", "13_epoch", "14_race"]
 
 
@@ -224,12 +231,64 @@ def printed(nb):
                    if o.get("name") == "stdout")
 
 
+@pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
+def test_student_copy_with_solutions_runs_the_solution_notebooks_code(path):
+    """Past its first code cell (the Colab block and `course.use_mine()` added) and the payoff cells, a copy with its
+    solutions holds the solution notebook's code cells, in order: running it runs the solution notebook."""
+    code = lambda cells: [(c["id"], nbtools._strip(nbtools.source(c))) for c in cells if c["cell_type"] == "code"]
+    solution = [(i, src) for i, src in code(nbtools.read(nbtools.NOTEBOOKS / path.name)["cells"]) if src.strip()]
+    student = code(nbtools.student_copy_with_solutions(path).cells)
+    assert student[0][0] == solution[0][0] and solution[0][1].strip() in student[0][1], path.name
+    assert [c for c in student[1:] if c[0] != "mine-run"] == solution[1:], path.name
+
+
+def compared(outputs):
+    """What nbval compares of a cell's outputs: each stream's text, each result's data but images, the errors."""
+    out = {}
+    for o in outputs:
+        if o["output_type"] == "stream":
+            out[o["name"]] = out.get(o["name"], "") + "".join(o["text"])
+        elif o["output_type"] == "error":
+            out.setdefault("error", []).append((o["ename"], o["evalue"]))
+        else:
+            for mime, value in o.get("data", {}).items():
+                if mime not in NOT_COMPARED:
+                    out.setdefault(mime, []).append("".join(value))
+    return {k: CR_RE.sub("", v) if isinstance(v, str) else v for k, v in out.items()}
+
+
+def prints_what_the_saved_run_printed(path, nb):
+    """Each cell the solution notebook marks `# NBVAL_CHECK_OUTPUT` printed in `nb` (its student copy, run) what the
+    saved GPU run printed."""
+    ran = {c.get("id"): c for c in nb.cells}
+    for cell in nbtools.read(nbtools.NOTEBOOKS / path.name)["cells"]:
+        if cell["cell_type"] == "code" and CHECK_OUTPUT in nbtools.source(cell).splitlines():
+            assert compared(ran[cell["id"]].outputs) == compared(cell["outputs"]), (path.name, cell["id"])
+
+
+def test_a_marked_cell_that_prints_otherwise_fails():
+    """The comparison above, on 01's first marked cell: its saved outputs pass; a changed line, an extra stream or
+    a missing output fail."""
+    path = nbtools.NOTEBOOKS / "01_data.ipynb"
+    saved = nbformat.read(path, as_version=4)
+    cell = next(c for c in saved.cells if c.cell_type == "code" and CHECK_OUTPUT in c.source.splitlines())
+    prints_what_the_saved_run_printed(path, saved)
+    for change in (lambda o: o[0].update(text=o[0]["text"] + "1"), lambda o: o.append(nbformat.v4.new_output(
+            "stream", name="stderr", text="a warning\n")), lambda o: o.clear()):
+        changed = copy.deepcopy(saved)
+        change(next(c for c in changed.cells if c.get("id") == cell.id).outputs)
+        with pytest.raises(AssertionError):
+            prints_what_the_saved_run_printed(path, changed)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
 def test_student_notebook_with_solutions_runs_to_the_end(path):
     """SLOW (the whole notebook in the simulator: 1-2 minutes each): a student who solves every exercise gets
-    through the notebook, every check passing; in 06 the network learns."""
+    through the notebook, every check passing, each marked cell printing what the saved run printed; in 06 the
+    network learns."""
     nb = run_student(path, nbtools.student_copy_with_solutions(path))
+    prints_what_the_saved_run_printed(path, nb)
     text = printed(nb)
     labels = sorted({nbtools.exercise_label(c.source) for c in nb.cells if c.cell_type == "code"} - {None})
     for label in labels:

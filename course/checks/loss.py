@@ -7,7 +7,6 @@ it fills every new shared (and local) array with NaN, so a cell read before any 
 into NaN, and it counts the atomic adds (one per block). On a GPU, where it cannot do either, it scans the
 kernel's code for an atomic and adds a case with thousands of blocks, where a race shows in the total."""
 import contextlib
-import io
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,7 +14,7 @@ import numpy as np
 import course
 from course.device import in_kernel_thread
 from course.checks.core import (MAX_THREADS, ON_THIS_DEVICE, CheckFailure, CheckSignal, _sticky, code_names,
-                                divergent_barriers, exercise, fail, launch, on_a_gpu, padded_input, padded_output,
+                                divergent_barriers, exercise, fail, on_a_gpu, padded_input, padded_output,
                                 run_cases, run_sampled, simulator_eyes)
 from course.util import cdiv
 

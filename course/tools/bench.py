@@ -21,7 +21,6 @@ first touch), epoch_s is the median of the others, test_acc is measured after th
 The graph rows are skipped without a GPU (no CUDA graphs there). Without --quick on a GPU, "matmul" lists the
 TFLOP/s of notebook 09's matmul ladder at 4096^3 (v1 to v5 and cuBLAS through PyTorch when importable).
 """
-import math
 import platform
 import sys
 import time

@@ -14,7 +14,8 @@ BRANCH = "main"
 HOME = "/content/course"           # where the first cell clones the repository on Colab
 COLAB = "https://colab.research.google.com/github"
 BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
-NOT_ON_COLAB = {"jupyterlab", "ipykernel", "nbformat", "nbclient", "nbval", "pytest", "selenium"}  # Jupyter, tests
+NOT_ON_COLAB = {"jupyterlab", "ipykernel", "nbformat", "nbclient", "nbval", "pytest", "pytest-xdist",
+                "selenium"}  # Jupyter, tests
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 README_BEGIN = "<!-- colab links: written by `python -m course.tools.colab` -->"
 README_END = "<!-- end of colab links -->"
