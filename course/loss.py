@@ -8,7 +8,7 @@ import math
 import numpy as np
 from numba import cuda, float32  # float32: the dtype of shared arrays (np.float32 is the same)
 
-from course.util import cdiv, require, require_apart
+from course.runtime.util import cdiv, require, require_apart
 
 
 def softmax_xent_rows_ref(logits, y):

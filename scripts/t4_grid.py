@@ -50,7 +50,7 @@ def sm75_resources():
     ptxas = ccompile.find_ptxas()
     if ptxas is None:
         return None
-    from course.device import lower_kernel
+    from course.runtime.device import lower_kernel
     ptx = lower_kernel(fused.fused_steps_kernel.py_func, eval(f"({sig},)", {}, names), ccompile.CC)(T4["cc"])
     res = ccompile.ptxas_resources(ptx, T4["cc"], fused.REGS, ptxas)
     return dict(res, source=f"ptxas {ptxas} -arch=sm_75 -maxrregcount={fused.REGS}")

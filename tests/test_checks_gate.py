@@ -5,7 +5,7 @@ as one-line mutations of the solutions (tests/conftest.py `mutant`); correct ans
 import pytest
 from conftest import mutant, mutated, rejects
 
-from course import device
+from course.runtime import device
 from course.checks import core
 from course.checks import data as c01
 from course.checks import forward as c02

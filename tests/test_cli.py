@@ -181,7 +181,7 @@ def test_importing_numba_first_does_not_split_the_mode():
 def test_ctrl_c_during_training_is_one_line_and_130(tmp_path):
     # stderr into a file, as a terminal takes it. A SIGINT that came while numba compiled a kernel for the CPU
     # executor was lost (ctypes drops an exception raised in llvmlite's callback): 3 of 8 runs trained on before
-    # course.cpu._ctrl_c_after (tests/test_cpu.py shows the mechanism), 0 of 26 since.
+    # course.runtime.cpu._ctrl_c_after (tests/test_cpu.py shows the mechanism), 0 of 26 since.
     with open(tmp_path / "stderr", "w+") as errf:
         p = subprocess.Popen([sys.executable, "-m", "course", "train", "--quick", "--epochs", "10000"], text=True,
                              stdout=subprocess.PIPE, stderr=errf, env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from course import versions
+from course.runtime import versions
 from course.tools import colab, nbtools
 
 URL = "https://github.com/gpu-from-scratch/course"

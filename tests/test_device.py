@@ -11,7 +11,7 @@ import pytest
 from numba import cuda, float32
 
 import course
-from course import device
+from course.runtime import device
 
 
 def run(*args, **env):
@@ -62,7 +62,7 @@ def test_performance_warning_imports_on_every_build():  # numba.cuda.core.errors
     assert issubclass(cls, Warning) and cls.__name__ == "NumbaPerformanceWarning"
 
 
-# --- numba internals (course/device.py): version-checked, patched once ---------------------------------------
+# --- numba internals (course/runtime/device.py): version-checked, patched once ---------------------------------------
 
 sim_only = pytest.mark.skipif(not course.SIMULATOR, reason="patches numba's CUDA simulator")
 
@@ -388,7 +388,7 @@ def ones(out):
 
 
 def _workers():
-    """The simulator's worker threads alive now (course.device's pool)."""
+    """The simulator's worker threads alive now (course.runtime.device's pool)."""
     _, simkernel = device.internals()
     worker = getattr(simkernel, "_CourseWorker", None)   # none on a GPU machine before a check simulates a kernel
     return set() if worker is None else {t for t in threading.enumerate() if isinstance(t, worker)}

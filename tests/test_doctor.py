@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from course import device, versions
+from course.runtime import device, versions
 from course.tools import doctor
 
 GOOD = {"python": "3.12.4", "numba": "0.68.1", "numba-cuda": "0.30.4", "numpy": "2.4.6", "llvmlite": "0.50.0"}
@@ -133,7 +133,7 @@ def test_a_shadowing_module_or_a_failed_import_is_the_problem_reported(monkeypat
     assert code == 1 and "Python imports numba from /home/me/numba (version 0.1.0), not the installed numba in " \
         f"{site}/numba: rename or remove /home/me/numba" in line, lines
     assert not any(l.startswith("ok") and "numba 0.68.1" in l for l in lines)
-    written_for = "course/device.py patches numba's CUDA simulator and was written for numba-cuda 0.30.4"
+    written_for = "course/runtime/device.py patches numba's CUDA simulator and was written for numba-cuda 0.30.4"
     fake(monkeypatch, origins={"numba-cuda": (None, None, "ImportError: cannot import name 'x' from 'cuda'",
                                               f"{site}/numba_cuda")}, mode=(True, None, written_for))
     code, lines = run_doctor()

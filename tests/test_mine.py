@@ -1,4 +1,4 @@
-"""course.mine: a simulated student's passing solutions train the network; edited or failed ones are not used."""
+"""course.runtime.mine: a simulated student's passing solutions train the network; edited or failed ones are not used."""
 import json
 import os
 import shutil
@@ -8,7 +8,7 @@ import pytest
 from numba import cuda
 
 import course
-from course import mine
+from course.runtime import mine
 from course.tools import colab, nbtools
 from course.checks.core import CheckFailure
 from course.checks.data import check_scale_kernel
@@ -104,7 +104,7 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     mine.run_cell(dict(course=course, sgd_run=sgd_run, best_run=mine_run), cell, "<06 payoff>")
     out = capsys.readouterr().out
     assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
-    assert f"test accuracy {sgd_run['epoch'][-1]['test_acc']:.4f}" in out                # course.mine.trained's line
+    assert f"test accuracy {sgd_run['epoch'][-1]['test_acc']:.4f}" in out                # course.runtime.mine.trained's line
     assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out, out
     for name in ("07_landscape.ipynb", "13_epoch.ipynb"):  # 07's and 13's last cells, the same way
         cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
@@ -290,7 +290,7 @@ def test_student_copies_call_use_mine_and_06_07_13_end_with_the_payoff():
         first = next(nbtools.source(c) for c in cells if c["cell_type"] == "code")
         assert ("course.use_mine()" in first) == (path.name >= "03"), path.name
         assert first.startswith(colab.cell_block() + "\nimport course"), path.name  # the Colab block, then course
-        assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name in nbtools.MINE_PAYOFF), path.name
+        assert ("course.runtime.mine.report(" in nbtools.source(cells[-1])) == (path.name in nbtools.MINE_PAYOFF), path.name
         again = nbtools.add_mine_cells(nbtools.read(path), path.name)  # applied twice, it changes nothing
         assert nbtools.dumps(again) == path.read_text(encoding="utf-8")
     for path in nbtools.solution_notebooks():  # the solution notebooks are left as they are
@@ -304,7 +304,7 @@ def test_in_a_jupyter_kernel_a_pass_is_saved_and_an_edit_noticed(tmp_path, monke
     from nbclient import NotebookClient
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     cells = ["import course\nfrom course.checks.data import check_scale_kernel", SCALE_CELL,
-             "check_scale_kernel(scale_kernel)", "print(course.mine.status(['1.2'])['1.2'][1])",
+             "check_scale_kernel(scale_kernel)", "print(course.runtime.mine.status(['1.2'])['1.2'][1])",
              SCALE_CELL.replace("np.float32(255.0)", "np.float32(255)"), "course.use_mine(['1.2'])"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -318,7 +318,7 @@ def test_in_a_jupyter_kernel_a_pass_is_saved_and_an_edit_noticed(tmp_path, monke
 COMPILE_SAVED = r'''
 import importlib.util, sys
 import course
-from course import mine
+from course.runtime import mine
 from course.tools import nbtools
 from course.tools.compile import CC
 from course.tools.signatures import all_signatures

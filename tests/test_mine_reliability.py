@@ -1,4 +1,4 @@
-"""course.mine under hostile but realistic use (issue 32, items 4, 6, 7, 9, 10): a pass always stands, what cannot be
+"""course.runtime.mine under hostile but realistic use (issue 32, items 4, 6, 7, 9, 10): a pass always stands, what cannot be
 saved faithfully is not saved (one line says why), a malformed or tampered record is the course's with the reason,
 and a notebook's folder holds its own solutions, never a classmate's."""
 import ast
@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from course import mine
+from course.runtime import mine
 from course.checks import core
 from course.checks.data import check_scale_kernel
 from course.tools import nbtools
@@ -160,11 +160,11 @@ def test_only_a_record_that_says_passed_counts(status, saved):
 
 
 IMPORT_TIME = {  # appended to the saved file, hash rewritten: refused before it runs ({n}: its first line after)
-    "print": ("print('pwned')\n", "line {n} is not what course.mine saves (a Expr)"),
-    "exit": ("import sys\nsys.exit(0)\n", "line {n1} is not what course.mine saves (a Expr)"),
-    "loop": ("while True:\n    pass\n", "line {n} is not what course.mine saves (a While)"),
-    "attribute set": ("import os\nos.environ = 1\n", "line {n1} is not what course.mine saves (a Assign)"),
-    "call assigned": ("import os\nX = os.system('true')\n", "line {n1} is not what course.mine saves (a Assign)"),
+    "print": ("print('pwned')\n", "line {n} is not what course.runtime.mine saves (a Expr)"),
+    "exit": ("import sys\nsys.exit(0)\n", "line {n1} is not what course.runtime.mine saves (a Expr)"),
+    "loop": ("while True:\n    pass\n", "line {n} is not what course.runtime.mine saves (a While)"),
+    "attribute set": ("import os\nos.environ = 1\n", "line {n1} is not what course.runtime.mine saves (a Assign)"),
+    "call assigned": ("import os\nX = os.system('true')\n", "line {n1} is not what course.runtime.mine saves (a Assign)"),
     "decorator that exits": ("import sys\n@sys.exit\ndef f():\n    pass\n",
                              "line {n2} (f): its decorator `sys.exit` is not numba's jit with constant arguments"),
     # issue 47 item 14: a def's defaults, annotations and decorators ran at use_mine() (a hang, say)
@@ -271,8 +271,8 @@ def test_a_sibling_notebook_whose_cell_source_is_not_text_is_skipped_with_a_note
     st = mine.use_mine(["1.2"])
     out = capsys.readouterr().out.splitlines()
     assert st["1.2"][1] == "yours"
-    assert "course.mine: 01_data.ipynb cell 0: its source is a int, not text: skipped when looking for edits" in out
-    assert "course.mine: 01_data.ipynb cell 1: its source is a list, not text: skipped when looking for edits" in out
+    assert "course.runtime.mine: 01_data.ipynb cell 0: its source is a int, not text: skipped when looking for edits" in out
+    assert "course.runtime.mine: 01_data.ipynb cell 1: its source is a list, not text: skipped when looking for edits" in out
 
 
 def test_cyclic_dependencies_and_a_sibling_notebook_that_is_not_one(saved):

@@ -344,12 +344,12 @@ def test_student_build_stubs_raise_until_replaced(build):
 
 
 def test_student_build_notebooks_switch_on_use_mine(build):
-    """With course/mine.py (issue 11) every student notebook from 02 on calls course.use_mine() in its first cell
+    """With course/runtime/mine.py (issue 11) every student notebook from 02 on calls course.use_mine() in its first cell
     (02 loads MNIST with 1.1's parser); without it the build adds no such call."""
     for path in sorted((build / "notebooks" / "exercises").glob("*.ipynb")):
         ours = nbtools.read(nbtools.EXERCISES / path.name)
         first = next(nbtools.source(c) for c in nbtools.read(path)["cells"] if c["cell_type"] == "code")
-        if (nbtools.PACKAGE / "mine.py").exists() and path.name[:2] >= "02":
+        if (nbtools.PACKAGE / "runtime" / "mine.py").exists() and path.name[:2] >= "02":
             assert "course.use_mine()" in first, path.name
         else:
             assert nbtools.read(path) == ours, path.name

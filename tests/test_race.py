@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import course
-import course.timing
+import course.runtime.timing
 
 from course.tools import race, scaling
 
@@ -119,6 +119,6 @@ def test_quick_scaling_off_the_gpu_labels_its_times_and_the_h200_s_floor(monkeyp
     assert scaling.main(["--quick"]) == 0
     lines = capsys.readouterr().out.splitlines()
     timed = [line for line in lines if line.startswith("batch") and " ms" in line]
-    assert len(timed) == 2 and all(line.endswith(f"({course.timing._note()})") for line in timed), lines
+    assert len(timed) == 2 and all(line.endswith(f"({course.runtime.timing._note()})") for line in timed), lines
     (floor,) = [line for line in lines if line.startswith("compute floor")]
     assert "TFLOP/s on an H200 (bench-h200.json)" in floor and floor.endswith("not comparable with the times above")

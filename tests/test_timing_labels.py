@@ -1,10 +1,10 @@
-"""Simulator timings are labelled meaningless wherever a notebook prints or plots one, through course.timing."""
+"""Simulator timings are labelled meaningless wherever a notebook prints or plots one, through course.runtime.timing."""
 import re
 
 import pytest
 
 import course
-from course import timing
+from course.runtime import timing
 from course.tools import nbtools
 
 MEASURES = re.compile(r"perf_counter|gpu_time\(|wall_time\(|time_steps\(|per_call\(")

@@ -119,11 +119,11 @@ def fail(exercise, case, msg, hint):
     raise CheckFailure(f"{exercise} failed {case}:\n  {msg}\n  Hint: {hint}{more}") from None
 
 
-_PASS_LISTENERS = []  # called with (exercise, fn, check=name) after each pass: course.mine saves the solution (on_pass)
+_PASS_LISTENERS = []  # called with (exercise, fn, check=name) after each pass: course.runtime.mine saves the solution (on_pass)
 
 
 def on_pass(listener):
-    """Call listener(exercise, fn, check=name) after every check that passes (course.mine registers `record`)."""
+    """Call listener(exercise, fn, check=name) after every check that passes (course.runtime.mine registers `record`)."""
     if listener not in _PASS_LISTENERS:
         _PASS_LISTENERS.append(listener)
 
@@ -295,7 +295,7 @@ def simulated():
     catches what the executor cannot (a missing barrier, out-of-bounds reads as they happen)."""
     import contextlib
     if course.SIMULATOR:
-        from course.cpu import simulating
+        from course.runtime.cpu import simulating
         return simulating()
     return contextlib.nullcontext()
 
@@ -482,11 +482,11 @@ def simulator_eyes(cases, run_case, odd, instrument=True):
     its bounds checks see a read past an input's end that guard cells hide on a GPU, its NaN-filled shared and
     local arrays a read of a cell no thread wrote, and its thread order (each thread runs up to a barrier) a
     missing cuda.syncthreads() that the GPU's warps happened to hide. Nothing in the simulator: it ran them all.
-    `instrument=False`: run_case installs its own simulator instruments (course.device.instruments)."""
+    `instrument=False`: run_case installs its own simulator instruments (course.runtime.device.instruments)."""
     __tracebackhide__ = True
     if (course.SIMULATOR and os.environ.get(SIM_ENV) != "always") or os.environ.get(SIM_ENV, "1") == "0":
         return
-    from course import device
+    from course.runtime import device
     small = min((c for c in cases if odd(c)), key=_threads, default=None)
     if small is None:
         return
@@ -513,9 +513,9 @@ def _nan_fill(a):
 
 
 def _simulator_launch(exercise, case, kernel, grid, block, args, hint):
-    """Launch `kernel`'s simulated twin (course.device.simulated); an IndexError is an out-of-bounds access."""
+    """Launch `kernel`'s simulated twin (course.runtime.device.simulated); an IndexError is an out-of-bounds access."""
     __tracebackhide__ = True
-    from course import device
+    from course.runtime import device
     sim = device.simulated(kernel)
     try:
         with quiet_simulator():
@@ -539,8 +539,8 @@ def quiet_simulator():
 
 
 def settle_simulator(kernel, timeout=30.0):
-    """After a simulated kernel raised: wait for its threads and restore `cuda` (course.device.settle_simulator)."""
-    from course.device import settle_simulator
+    """After a simulated kernel raised: wait for its threads and restore `cuda` (course.runtime.device.settle_simulator)."""
+    from course.runtime.device import settle_simulator
     settle_simulator(kernel, timeout)
 
 
@@ -874,7 +874,7 @@ def _float32_only(args):
 
 def _gate_answer(kernel, args):
     """The compiler's answer for kernel and args' types (cached), or None when the gate is off or cannot run."""
-    from course import device
+    from course.runtime import device
     from course.tools import gate
     if os.environ.get(GATE_ENV, "1") == "0" or not hasattr(kernel, "py_func") or device.simulator_only():
         return None

@@ -11,7 +11,7 @@ import numpy as np
 import course
 from course.checks.core import MAX_THREADS, exercise, on_a_gpu, run_inplace_steps
 from course.update import adam_ref, momentum_ref, sgd_ref
-from course.util import cdiv
+from course.runtime.util import cdiv
 
 STEPS = 5          # consecutive steps per case, on the same device buffers
 def _shapes():

@@ -273,7 +273,7 @@ def bench_matmul(n=MATMUL_N):
     from numba import cuda
     from course.forward import matmul_v1_kernel, matmul_v2_kernel
     from course.matmul import matmul_v3, matmul_v4, matmul_v5
-    from course.timing import gpu_time
+    from course.runtime.timing import gpu_time
     rng = np.random.default_rng(0)
     A = cuda.to_device(rng.standard_normal((n, n)).astype(np.float32))
     B = cuda.to_device(rng.standard_normal((n, n)).astype(np.float32))
@@ -318,7 +318,7 @@ def table(rows):
 
 def run(args, error):
     import course
-    from course.device import describe
+    from course.runtime.device import describe
     from course.train import init_params
 
     out = Path(args.out) if args.out else None

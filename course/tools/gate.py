@@ -172,7 +172,7 @@ def analyse(kernel, argtypes):
     """Compile kernel for CC with argtypes (numba types) in this GPU-mode process; return dict(error=numba's
     reason or None, float64=[[file, line, function], ...]: the statements of the kernel and of the device
     functions it calls that compute in float64)."""
-    from course.device import compile_errors, float64_statements, numba_reason, pretend_device
+    from course.runtime.device import compile_errors, float64_statements, numba_reason, pretend_device
     with pretend_device(CC):
         try:
             found = float64_statements(kernel, argtypes, CC, called_device_functions(kernel))

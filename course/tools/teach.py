@@ -134,7 +134,7 @@ def write_student_notebooks(folder):
     folder.mkdir(parents=True, exist_ok=True)
     for path in nbtools.solution_notebooks():
         nb = nbtools.student_copy(path)
-        if (nbtools.PACKAGE / "mine.py").exists() and path.name[:2] >= "02":
+        if (nbtools.PACKAGE / "runtime" / "mine.py").exists() and path.name[:2] >= "02":
             nb = with_use_mine(nb)
         (folder / path.name).write_text(nbtools.notebook_text(nbtools.stamp_written(nb, path.name)), encoding="utf-8")
 

@@ -329,10 +329,10 @@ def read_record(key):
 
 def _write(path, text):
     """Write text to path atomically, through a new temporary file beside it (never a name planted in advance);
-    OSError for a path that is a symbolic link (a file course.mine did not write)."""
+    OSError for a path that is a symbolic link (a file course.runtime.mine did not write)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_symlink():
-        raise OSError(errno.ELOOP, f"{path.name} is a symbolic link, which course.mine does not write through")
+        raise OSError(errno.ELOOP, f"{path.name} is a symbolic link, which course.runtime.mine does not write through")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # O_EXCL, mode 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -397,14 +397,14 @@ def _save(key, exercise, py, check, text, functions, cell):
     """Write mine/ex_N_M.py and its record; return the module's path."""
     now = time.time()
     stamp = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds")
-    text = (f"# {exercise}: your solution, saved by course.mine when {check or 'its check'} passed ({stamp}).\n"
+    text = (f"# {exercise}: your solution, saved by course.runtime.mine when {check or 'its check'} passed ({stamp}).\n"
             "# course.use_mine() and `python -m course train --mine` run it. Edit the notebook, not this file.\n"
             + text)
     module = _paths(key)[0]
     d = mine_dir()
     _write(module, text)
     if not (d / "__init__.py").exists():
-        _write(d / "__init__.py", '"""Your passing solutions (course.mine): one module per exercise."""\n')
+        _write(d / "__init__.py", '"""Your passing solutions (course.runtime.mine): one module per exercise."""\n')
     _write_record(key, dict(exercise=key, name=py.__name__, check=check, status="passed", time=now,
                             passed_at=stamp, sha256=_sha(text), functions=functions, cell=cell,
                             notebook=_notebook_file(), notebook_dir=str(Path.cwd()) if in_notebook() else None))
@@ -449,7 +449,7 @@ def _after_cell(result):
             if m:
                 mark_failed(m.group(1))
     except OSError as e:
-        print(f"course.mine: could not update {mine_dir()}: {e}", file=sys.stderr)
+        print(f"course.runtime.mine: could not update {mine_dir()}: {e}", file=sys.stderr)
 
 
 def watch(shell=None):
@@ -499,7 +499,7 @@ def _edited_in_file(key, rec):
             src = c.get("source", "")
             src = "".join(src) if isinstance(src, list) and all(isinstance(x, str) for x in src) else src
             if not isinstance(src, str):  # JSON, but not a notebook's cell: the student's file, so say so
-                _note_once(f"course.mine: {path.name} cell {i}: its source is a {type(src).__name__}, not text: "
+                _note_once(f"course.runtime.mine: {path.name} cell {i}: its source is a {type(src).__name__}, not text: "
                            "skipped when looking for edits")
                 continue
             if c.get("cell_type") == "code" and key in MARKER_RE.findall(src):
@@ -536,7 +536,7 @@ def _only_definitions(path, text):
             ok = isinstance(v, ast.Constant) or isinstance(v, ast.Call) and _numpy_scalar(v)
             ok = (ok or _is_literal(v)) and all(isinstance(t, ast.Name) for t in node.targets)
         if not ok:
-            raise CaptureError(f"{path.name} line {node.lineno} is not what course.mine saves (a "
+            raise CaptureError(f"{path.name} line {node.lineno} is not what course.runtime.mine saves (a "
                                f"{type(node).__name__}): edit the notebook, not this file")
         if isinstance(node, ast.FunctionDef):
             _plain_def(path, node, imported)
@@ -577,14 +577,14 @@ def _plain_def(path, node, imported):
             k.arg and _is_literal(k.value) for k in call.keywords)
         if full not in JIT_DECORATORS or not constant_args:
             raise CaptureError(f"{where}: its decorator `{ast.unparse(d)[:60]}` is not numba's jit with constant "
-                               "arguments, and course.mine runs nothing else when it loads a solution")
+                               "arguments, and course.runtime.mine runs nothing else when it loads a solution")
     a = node.args
     values = [*a.defaults, *filter(None, a.kw_defaults), node.returns,
               *[arg.annotation for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if arg]]
     for v in filter(None, values):
         if not (_is_literal(v) or _dotted(v)):
             raise CaptureError(f"{where}: `{ast.unparse(v)[:60]}` (a default value or an annotation) is not a name "
-                               "or a constant, and course.mine runs nothing else when it loads a solution: compute "
+                               "or a constant, and course.runtime.mine runs nothing else when it loads a solution: compute "
                                "it inside the function")
 
 
