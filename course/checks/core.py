@@ -839,7 +839,7 @@ def compile_gate(exercise, case, kernel, args):
 
 def _gate_where(file, line, fn=None):
     """' (line 7 of kernel: `acc = acc + x`)' for a source position, or ''."""
-    from course.tools.gate import source_line
+    from course.runtime.gate import source_line
     if not line:
         return ""
     text = source_line(file, line) if file else ""
@@ -852,7 +852,7 @@ EXCEPT_RE = r"^\s*except\b"  # numba's `exception_match` is an `except` clause
 def _line_naming(kernel, reason):
     """(file, line) of the first line of kernel's code, or of a device function it calls, that names what
     numba's reason names (`Function(<built-in function dot>)`, `attribute 'dot'`): numba did not say where."""
-    from course.tools.gate import called_device_functions
+    from course.runtime.gate import called_device_functions
     names = [n for pair in re.findall(r"(?:function|intrinsic) (\w+)>|attribute '(\w+)'", reason) for n in pair if n]
     patterns = [EXCEPT_RE if n == "exception_match" else rf"\b{n}\s*\(" for n in names]
     for fn in [kernel, *called_device_functions(kernel)]:
@@ -875,7 +875,7 @@ def _float32_only(args):
 def _gate_answer(kernel, args):
     """The compiler's answer for kernel and args' types (cached), or None when the gate is off or cannot run."""
     from course.runtime import device
-    from course.tools import gate
+    from course.runtime import gate
     if os.environ.get(GATE_ENV, "1") == "0" or not hasattr(kernel, "py_func") or device.simulator_only():
         return None
     try:
@@ -897,7 +897,7 @@ def json_key(x):
 def _ask_compiler(kernel, spec, argtypes):
     """Compile: in this process on a GPU, else in the worker (started on first use)."""
     global _gate_worker
-    from course.tools import gate
+    from course.runtime import gate
     if not course.SIMULATOR:
         return gate.analyse(kernel, gate.numba_types(argtypes))
     if _gate_worker is None:
