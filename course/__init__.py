@@ -96,7 +96,7 @@ def runs_on():
 def info():
     """Print and return the device the kernels run on, and one line on the versions (or their first problem)."""
     from .runtime.device import describe, info_line
-    from .tools.doctor import version_summary
+    from .runtime.doctor import version_summary
     d = describe(SIMULATOR)
     print(info_line(d))
     print(version_summary())

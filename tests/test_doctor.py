@@ -1,5 +1,5 @@
 """`python -m course doctor` and the version checks of `import course`, with faked versions, drivers and GPUs
-(monkeypatch on the probes of course/tools/doctor.py): no GPU needed."""
+(monkeypatch on the probes of course/runtime/doctor.py): no GPU needed."""
 import io
 import os
 import subprocess
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from course.runtime import device, versions
-from course.tools import doctor
+from course.runtime import doctor
 
 GOOD = {"python": "3.12.4", "numba": "0.68.1", "numba-cuda": "0.30.4", "numpy": "2.4.6", "llvmlite": "0.50.0"}
 T4 = dict(name="Tesla T4", cc=(7, 5), sms=40, shared_per_sm=64 * 1024, shared_per_block=64 * 1024)
