@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 OUT="${1:-notebooks/results/mine-h200.json}"
 export COURSE_DEVICE=gpu
 export COURSE_MINE_DIR="$(mktemp -d)/mine"
-python3 -c "from course.runtime import mine; mine.simulate_student()"
+PYTHONPATH="tests${PYTHONPATH:+:$PYTHONPATH}" python3 -c "from simulated_student import simulate_student; simulate_student()"
 python3 -m course train --mine --epochs 10 --hidden 128 --optimizer sgd --lr 0.1 --batch-size 64 --seed 0 --out "$OUT"
 python3 - "$OUT" <<'PY'
 import json, sys

@@ -19,6 +19,7 @@ from course.scale import scale, scale_ref
 from course.tools import nbtools
 from course.train import fit, fit_ref, pool
 from course.update import adam, adam_ref, momentum, momentum_ref, sgd, sgd_ref
+from simulated_student import simulate_student
 
 pytestmark = pytest.mark.skipif(not course.SIMULATOR, reason="the executor runs where there is no GPU")
 
@@ -302,10 +303,10 @@ STUDENT = [nbtools.NOTEBOOKS / n for n in ("01_data.ipynb", "02_forward.ipynb", 
 
 @pytest.mark.slow
 def test_the_student_kernels_match_the_references(tmp_path, monkeypatch):
-    """The solutions of mine.simulate_student (typed into notebook cells, checked in the simulator) in place of the
+    """The solutions of simulate_student (typed into notebook cells, checked in the simulator) in place of the
     course's, on the executor: the launchers still give the references' results, and fit the twin's losses."""
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
-    mine.simulate_student(STUDENT)
+    simulate_student(STUDENT)
     try:
         st = mine.use_mine(quiet=True)
         theirs = {k for k, (fn, _) in st.items() if fn is not None}

@@ -15,6 +15,7 @@ from course.runtime import mine
 from course.checks import core
 from course.checks.data import check_scale_kernel
 from course.tools import nbtools
+from simulated_student import run_cell
 
 SCALE_CELL = '''import numpy as np
 from numba import cuda
@@ -33,7 +34,7 @@ def scale_kernel(x, out):
 def passed_scale(cell=SCALE_CELL, name="<01 cell 3>"):
     """A student's 1.2 typed into a notebook cell and checked: its namespace."""
     ns = {"__name__": "__main__"}
-    mine.run_cell(ns, cell, name)
+    run_cell(ns, cell, name)
     check_scale_kernel(ns["scale_kernel"])
     return ns
 
@@ -53,18 +54,18 @@ def saved(tmp_path, monkeypatch):
     mine.use_course()
 
 
-def test_the_checks_announce_a_pass_and_mine_listens_without_importing_back():
-    assert mine.record in core._PASS_LISTENERS
-    tree = ast.parse(open(core.__file__, encoding="utf-8").read())
+def test_the_checks_save_a_pass_through_mine_which_imports_no_check():
+    tree = ast.parse(open(mine.__file__, encoding="utf-8").read())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    assert not [m for m in imported if "mine" in m], imported  # not even inside a function
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not [m for m in imported if m.startswith(("course.checks", "course.tools"))], imported  # nor lazily
+    assert core.mine is mine and mine.EXERCISES == nbtools.EXERCISES
 
 
-def test_a_listener_that_raises_leaves_the_pass_standing(monkeypatch, capsys):
+def test_a_failed_save_leaves_the_pass_standing(monkeypatch, capsys):
     def broken(exercise, fn, check=None):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(core, "_PASS_LISTENERS", [broken])
+    monkeypatch.setattr(mine, "record", broken)
     core.passed("Exercise 1.2", None, "3 cases", check="check_scale_kernel")
     out = capsys.readouterr().out.splitlines()
     assert out == ["✓ Exercise 1.2 passed: 3 cases", "  (not saved: OSError: [Errno 28] No space left on device)"]
@@ -108,7 +109,7 @@ def test_what_cannot_be_saved_faithfully_is_refused_in_one_line(case, tmp_path, 
     cell, name, reason = UNSAVEABLE[case]
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     ns = {"__name__": "__main__"}
-    mine.run_cell(ns, cell, f"<{case} cell>")
+    run_cell(ns, cell, f"<{case} cell>")
     assert mine.record("1.1" if case == "lambda" else "1.2", ns[name]) is None
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith(f"  (not saved for course.use_mine(): {reason}")
@@ -118,7 +119,7 @@ def test_what_cannot_be_saved_faithfully_is_refused_in_one_line(case, tmp_path, 
 def test_a_partial_is_not_saved_and_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     ns = {"__name__": "__main__"}
-    mine.run_cell(ns, "def _parse(buf, n):\n    return buf\n", "<cell>")
+    run_cell(ns, "def _parse(buf, n):\n    return buf\n", "<cell>")
     assert mine.record("1.1", functools.partial(ns["_parse"], n=3)) is None
     assert capsys.readouterr().out == ("  (not saved for course.use_mine(): it is a partial, not a function: "
                                        "write it as a `def`)\n")
@@ -127,8 +128,8 @@ def test_a_partial_is_not_saved_and_says_so(tmp_path, monkeypatch, capsys):
 def test_two_values_of_one_name_are_refused_not_the_last_one_kept(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     a, b = {"__name__": "__main__"}, {"__name__": "__main__"}
-    mine.run_cell(a, "K = 1\ndef helper(x):\n    return x + K\n", "<cell a>")
-    mine.run_cell(b, "K = 2\n# Exercise 1.1: parse\ndef parse_idx_header(buf):\n    return helper(buf) * K\n",
+    run_cell(a, "K = 1\ndef helper(x):\n    return x + K\n", "<cell a>")
+    run_cell(b, "K = 2\n# Exercise 1.1: parse\ndef parse_idx_header(buf):\n    return helper(buf) * K\n",
                   "<cell b>")
     b["helper"] = a["helper"]
     assert b["parse_idx_header"](5) == 12  # what passed in the notebook

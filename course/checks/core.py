@@ -17,6 +17,8 @@ import numpy as np
 from numba import cuda
 
 import course
+from course.runtime import mine
+from course.runtime.util import in_notebook
 
 GUARD_FLOAT = np.float32(-7.77e33)  # what guard cells hold; a kernel has no reason to write it
 GUARD_INT = -987654321
@@ -119,21 +121,6 @@ def fail(exercise, case, msg, hint):
     raise CheckFailure(f"{exercise} failed {case}:\n  {msg}\n  Hint: {hint}{more}") from None
 
 
-_PASS_LISTENERS = []  # called with (exercise, fn, check=name) after each pass: course.runtime.mine saves the solution (on_pass)
-
-
-def on_pass(listener):
-    """Call listener(exercise, fn, check=name) after every check that passes (course.runtime.mine registers `record`)."""
-    if listener not in _PASS_LISTENERS:
-        _PASS_LISTENERS.append(listener)
-
-
-def in_notebook():
-    """True in a Jupyter kernel (a notebook run in JupyterLab, by `python -m course execute` or by nbgrader)."""
-    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
-    return any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)  # Colab's shell is a subclass
-
-
 def course_own(fn):
     """The course module that defines fn (a star import's kernel, say), or None: the student's own code."""
     module = str(getattr(getattr(fn, "py_func", fn), "__module__", None))
@@ -141,14 +128,14 @@ def course_own(fn):
 
 
 def passed(exercise, fn, what, check=None):
-    """A check passed: the one place that says so, then tells the listeners; a listener's error never undoes it."""
+    """A check passed: the one place that says so, then saves the solution (mine.record); a failed save never undoes
+    the pass."""
     print(f"✓ {exercise} passed" + (f": {what}" if what else ""))
-    for listener in _PASS_LISTENERS:
-        try:
-            listener(exercise, fn, check=check)
-        except Exception as e:  # the pass stands: one line, no traceback
-            why = " ".join(str(e).split())[:200]
-            print(f"  (not saved: {type(e).__name__}{': ' + why if why else ''})")
+    try:
+        mine.record(exercise, fn, check=check)
+    except Exception as e:  # the pass stands: one line, no traceback
+        why = " ".join(str(e).split())[:200]
+        print(f"  (not saved: {type(e).__name__}{': ' + why if why else ''})")
 
 
 def is_stub(fn, _seen=None):

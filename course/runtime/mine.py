@@ -25,7 +25,7 @@ import types
 from datetime import datetime, timezone
 from pathlib import Path
 
-from course.checks.core import in_notebook, on_pass
+from course.runtime.util import in_notebook
 
 PIECES = {  # exercise -> (piece, the course's object it replaces); only a same-signature solution replaces it
     "1.1": ("IDX header parser", "course.data:parse_idx_header"),
@@ -79,6 +79,7 @@ ALWAYS_COURSE = "gather of the labels, column sums (db), count_correct, zero and
 MARKER_RE = re.compile(r"^\s*#\s*Exercise (\d+\.\d+)\b", re.M)
 BEGIN = "### BEGIN SOLUTION"  # a cell with it is the course's reference solution, never the student's
 BUNDLE_PREFIX = "course_mine_"
+EXERCISES = Path(__file__).resolve().parents[2] / "notebooks" / "exercises"  # the student copies, in a checkout
 
 
 def disabled():
@@ -94,7 +95,6 @@ def mine_dir():
         return Path(os.environ["COURSE_MINE_DIR"])
     if in_notebook():
         return Path.cwd() / "mine"
-    from course.tools.nbtools import EXERCISES
     return EXERCISES / "mine" if EXERCISES.is_dir() else Path.home() / ".course" / "mine"
 
 
@@ -800,53 +800,4 @@ def trained(run, name, keys):
     return f"{head}: every one of its {run.get('steps', '?')} steps on {whose(keys)} {WHERE[run['device']]}"
 
 
-# ---- a simulated student, for the tests and scripts/mine_gpu.sh ----
-
-def run_cell(ns, src, name):
-    """Run `src` in namespace ns as a notebook cell would (its source in linecache, as IPython does)."""
-    src = src if src.endswith("\n") else src + "\n"
-    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
-    exec(compile(src, name, "exec"), ns)
-
-
-def _only_imports(src):
-    """True for a cell of import statements only."""
-    try:
-        body = ast.parse(src).body
-    except SyntaxError:
-        return False
-    return bool(body) and all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in body)
-
-
-def simulate_student(notebooks=None):
-    """Do the exercises of the given notebooks (default: all) as a student would: in one namespace per notebook,
-    run the notebook's exported cells with the solutions typed in, and the check cell after each exercise cell.
-    Returns {notebook name: namespace}."""
-    import pkgutil
-
-    import course.checks
-    from course.tools import nbtools
-    checks = {}
-    for m in pkgutil.iter_modules(course.checks.__path__):
-        mod = importlib.import_module(f"course.checks.{m.name}")
-        checks.update({k: v for k, v in vars(mod).items() if k.startswith("check_")})
-    out = {}
-    for path in notebooks or nbtools.solution_notebooks():
-        path = Path(path)
-        cells = [c for c in nbtools.read(path)["cells"] if c["cell_type"] == "code"]
-        ns = {"__name__": "__main__", **checks}
-        for i, cell in enumerate(cells):
-            src = nbtools.source(cell)
-            if (nbtools.BEGIN not in src and not any(d == "export" for d, _ in nbtools.directives(src))
-                    and not _only_imports(src)):   # a notebook's imports (12 takes 11's half of course.fused)
-                continue
-            code = nbtools._strip(src)  # the student's cell, their solution typed in (no markers)
-            run_cell(ns, code, f"<{path.stem} cell {i}>")
-            if nbtools.BEGIN in src:  # an exercise: its check is the next cell
-                run_cell(ns, nbtools.source(cells[i + 1]), f"<{path.stem} cell {i + 1}>")
-        out[path.name] = ns
-    return out
-
-
 watch()
-on_pass(record)  # the checks announce each pass; saving it is this module's business
