@@ -142,7 +142,7 @@ def test_bench_table_shows_in_the_student_copy_of_13():
     bench = next(c for c in cells if c.cell_type == "code" and "bench-h200.json" in c.source)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import json\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nimport course\n"
-        "from course.nbtools import NOTEBOOKS"), bench])
+        "from course.tools.nbtools import NOTEBOOKS"), bench])
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(nbtools.EXERCISES)}}).execute()
     out = "".join(o.get("text", "") for o in nb.cells[1].outputs)
