@@ -395,7 +395,7 @@ def test_a_check_without_the_largest_block_is_refused():
 
 @pytest.mark.parametrize("given, says", [(5, "got int 5"), (lambda x: x, "a function <lambda> without @cuda.jit")])
 def test_a_check_given_something_that_is_not_a_kernel_says_so(given, says):
-    """Issue 32: a check given a non-kernel said "'int' object is not subscriptable"."""
+    """A regression: a check given a non-kernel said "'int' object is not subscriptable"."""
     with pytest.raises(CheckFailure) as e:
         c01.check_scale_kernel(given)
     msg = str(e.value)

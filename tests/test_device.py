@@ -420,7 +420,7 @@ def _a_correct_launch_is_fast():
     out = cuda.to_device(np.zeros(64, np.float32))
     t0 = time.perf_counter()
     ones[2, 32](out)
-    assert time.perf_counter() - t0 < 5.0 and out.copy_to_host().sum() == 64  # issue 32: 51 s after a hang
+    assert time.perf_counter() - t0 < 5.0 and out.copy_to_host().sum() == 64  # it took 51 s after a hang
     cpu0 = time.process_time()
     time.sleep(0.5)
     assert time.process_time() - cpu0 < 0.2  # no thread spins on when the process is idle

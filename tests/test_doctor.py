@@ -77,7 +77,7 @@ def test_a_wrong_version_is_one_problem_line_with_its_fix(monkeypatch, found, sa
 
 
 def test_a_driver_too_old_for_the_ptx_says_how_to_fix_it(monkeypatch):
-    fake(monkeypatch, nvjitlink=None, kernel_error=PTX_ERROR)  # GPU-Puzzles issue 48: a T4 on an older driver
+    fake(monkeypatch, nvjitlink=None, kernel_error=PTX_ERROR)  # a T4 on an older driver (as GPU-Puzzles' users met it)
     code, lines = run_doctor()
     (line,) = problems(lines)
     assert code == 1 and "CUDA_ERROR_UNSUPPORTED_PTX_VERSION" in line
@@ -111,7 +111,7 @@ def test_the_simulator_without_a_gpu_is_fine_but_a_gpu_without_a_driver_is_not(m
 
 
 def test_without_a_gpu_the_device_line_names_what_runs_the_kernels(monkeypatch):
-    """Issue 47 item 1: the CPU executor was called the simulator, whose data the notebooks shrink."""
+    """A regression: the CPU executor was called the simulator, whose data the notebooks shrink."""
     fake(monkeypatch, mode=(True, "no CUDA driver or device was found", None), cpu=True)
     code, lines = run_doctor()
     (line,) = [l for l in lines if "device:" in l]
@@ -123,7 +123,7 @@ def test_without_a_gpu_the_device_line_names_what_runs_the_kernels(monkeypatch):
 
 
 def test_a_shadowing_module_or_a_failed_import_is_the_problem_reported(monkeypatch):
-    """Issue 47 item 16: versions came from installed metadata: a shadowing numba was "ok numba 0.68.1", and a
+    """A regression: versions came from installed metadata: a shadowing numba was "ok numba 0.68.1", and a
     numba_cuda failing at import a version mismatch whose fix was pip install."""
     site = "/venv/lib/python3.12/site-packages"
     fake(monkeypatch, origins={"numba": ("0.1.0", "/home/me/numba", None, f"{site}/numba")},
@@ -228,7 +228,7 @@ def test_python_m_course_doctor_here():
 
 @pytest.mark.skipif(not __import__("course").SIMULATOR, reason="the banner is printed without a GPU only")
 def test_the_banner_goes_to_stdout_in_a_notebook_and_to_stderr_elsewhere(monkeypatch, capsys):
-    """Issue 47 item 1: JupyterLab painted the banner red (stderr); a script's stdout stays its own."""
+    """A regression: JupyterLab painted the banner red (stderr); a script's stdout stays its own."""
     import IPython
     from IPython.core.interactiveshell import InteractiveShell
 

@@ -191,7 +191,7 @@ def test_gather_indices_are_the_callers_job_as_documented():
     np.testing.assert_array_equal(out[0], X.copy_to_host()[-1])
 
 
-# --- grids a GPU would refuse: more than 65,535 blocks in y (issue 32) -------------------------------------------
+# --- grids a GPU would refuse: more than 65,535 blocks in y ----------------------------------------------------
 
 def test_grid2d_refuses_more_blocks_in_y_than_a_gpu_has():
     from course.runtime.util import MAX_GRID_Y, grid2d

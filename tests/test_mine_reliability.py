@@ -1,4 +1,4 @@
-"""course.runtime.mine under hostile but realistic use (issue 32, items 4, 6, 7, 9, 10): a pass always stands, what cannot be
+"""course.runtime.mine under hostile but realistic use: a pass always stands, what cannot be
 saved faithfully is not saved (one line says why), a malformed or tampered record is the course's with the reason,
 and a notebook's folder holds its own solutions, never a classmate's."""
 import ast
@@ -168,7 +168,7 @@ IMPORT_TIME = {  # appended to the saved file, hash rewritten: refused before it
     "call assigned": ("import os\nX = os.system('true')\n", "line {n1} is not what course.runtime.mine saves (a Assign)"),
     "decorator that exits": ("import sys\n@sys.exit\ndef f():\n    pass\n",
                              "line {n2} (f): its decorator `sys.exit` is not numba's jit with constant arguments"),
-    # issue 47 item 14: a def's defaults, annotations and decorators ran at use_mine() (a hang, say)
+    # a regression: a def's defaults, annotations and decorators ran at use_mine() (a hang, say)
     "default that sleeps": ("import time\ndef f(x=time.sleep(0)):\n    pass\n",
                             "line {n1} (f): `time.sleep(0)` (a default value or an annotation) is not a name"),
     "keyword default": ("def f(*, x=print('pwned')):\n    pass\n", "line {n} (f): `print('pwned')` (a default"),
@@ -238,7 +238,7 @@ def test_a_solution_whose_def_would_run_code_is_not_saved(tmp_path, monkeypatch,
 
 
 def test_a_planted_link_is_never_written_through(tmp_path, monkeypatch, capsys):
-    """Issue 47 item 14: the temporary file's name was predictable (ex_1_2.py.PID.tmp): a link planted there made a
+    """A regression: the temporary file's name was predictable (ex_1_2.py.PID.tmp): a link planted there made a
     passing check overwrite the file it named. Now the name is new each time and a link at the target is refused."""
     d = tmp_path / "mine"
     d.mkdir()
@@ -261,7 +261,7 @@ def test_a_planted_link_is_never_written_through(tmp_path, monkeypatch, capsys):
 
 
 def test_a_sibling_notebook_whose_cell_source_is_not_text_is_skipped_with_a_note(saved, capsys):
-    """Issue 47 item 14: a cell `source` that is a number made use_mine() and train --mine fail with a TypeError."""
+    """A regression: a cell `source` that is a number made use_mine() and train --mine fail with a TypeError."""
     rec = json.loads((saved / "ex_1_2.json").read_text())
     nb = saved.parent / "01_data.ipynb"
     nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": 5},
@@ -325,7 +325,7 @@ def test_the_shipped_nbgrader_config_switches_saving_and_using_off(monkeypatch):
 
 def test_an_edit_saved_in_the_notebook_counts_with_the_mine_folder_elsewhere(tmp_path, monkeypatch):
     """The folder the notebook ran in is recorded: a later save there with another cell counts as an edit, wherever
-    COURSE_MINE_DIR puts the solutions (the smaller item of issue 32; also nbgrader's release folders)."""
+    COURSE_MINE_DIR puts the solutions (also nbgrader's release folders)."""
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "elsewhere" / "mine"))
     monkeypatch.setattr(mine, "in_notebook", lambda: True)
     (tmp_path / "work").mkdir()

@@ -113,7 +113,7 @@ def test_the_committed_sweep_covers_every_batch():
 
 @pytest.mark.skipif(not course.SIMULATOR, reason="the labels are for times off the GPU")
 def test_quick_scaling_off_the_gpu_labels_its_times_and_the_h200_s_floor(monkeypatch, capsys):
-    """Issue 47 item 13: CPU times printed unlabelled beside the H200's cuBLAS floor."""
+    """A regression: CPU times printed unlabelled beside the H200's cuBLAS floor."""
     monkeypatch.setattr(scaling, "measure", lambda data, cfg, init, b, impls: {"course_plain": 0.0024,
                                                                                "pytorch_graph": None})
     assert scaling.main(["--quick"]) == 0

@@ -130,7 +130,8 @@ def student_build(dest, hint_answers=True):
 
 def write_student_notebooks(folder):
     """The student copies, made from the solution notebooks (never copied from notebooks/exercises/, where a
-    student's pasted solutions or a duplicate may sit), with course.use_mine() in 02 on (issue 11's switch)."""
+    student's pasted solutions or a duplicate may sit), with course.use_mine() in 02 on: the student's own kernels
+    run from there."""
     folder.mkdir(parents=True, exist_ok=True)
     for path in nbtools.solution_notebooks():
         nb = nbtools.student_copy(path)
