@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The student's own kernels on a GPU, end to end: a simulated student (tests/simulated_student.py) does every
 # exercise of 01-14 (their solutions typed into the exercise cells, each check run, so each passing one is saved by
-# course.runtime.mine), then `python -m course train --mine` trains
+# course.runtime.solutions), then `python -m course train --mine` trains
 # the 784-128-10 MLP for 10 epochs on their kernels. Fails unless every piece the trainer runs is the student's and
 # the test accuracy is >= 0.974. Then the fused epoch kernel (notebooks 11 and 12) trains 10 epochs on the student's
 # tile_origin, halve and warp_class_sums (exercises 11.1, 12.1 and 12.2), to the same bar. Writes notebooks/results/mine-<gpu>.json (default name mine-h200.json).

@@ -1,5 +1,5 @@
 """A simulated student, for the tests and scripts/mine_gpu.sh: the solution notebooks' exercise cells typed in and
-run as notebook cells, each followed by its check (whose pass course.runtime.mine saves)."""
+run as notebook cells, each followed by its check (whose pass course.runtime.solutions saves)."""
 import ast
 import importlib
 import linecache

@@ -8,7 +8,7 @@ import pytest
 from numba import cuda
 
 import course
-from course.runtime import mine
+from course.runtime import mine, solutions
 from course.tools import colab, nbtools
 from course.checks.core import CheckFailure
 from course.checks.data import check_scale_kernel
@@ -128,7 +128,7 @@ def test_a_solution_edited_after_passing_or_failing_its_check_is_not_used(tmp_pa
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     shell = InteractiveShell.instance()
     try:
-        mine.watch(shell)
+        solutions.watch(shell)
         shell.user_ns["check_scale_kernel"] = check_scale_kernel
 
         def run(src):
@@ -174,13 +174,13 @@ def test_report_names_a_solution_that_passed_after_use_mine(tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_never_checked_and_dependencies_say_why(mine_dir, capsys):
-    mine.mark_edited("2.2")  # tile_dot's cell changed: the linear kernel that calls it is not used either
+    solutions.mark_edited("2.2")  # tile_dot's cell changed: the linear kernel that calls it is not used either
     os.remove(mine_dir / "ex_4_2.json")  # never checked
     st = whose(mine.status())
     assert st["2.2"] == "edited after passing"
     assert st["2.3"] == "uses tile_dot of exercise 2.2: edited after passing"
     assert st["4.2"] == "never checked" and st["4.1"] == "yours"
-    mine.mark_failed("Exercise 3.2")
+    solutions.mark_failed("Exercise 3.2")
     assert whose(mine.status())["3.3"] == "uses sum_kernel of exercise 3.2: check failed"
     text = (mine_dir / "ex_5_1.py").read_text()
     (mine_dir / "ex_5_1.py").write_text(text.replace("lr * g[i]", "lr * g[i] * 2"))  # the saved file tampered
@@ -305,7 +305,7 @@ def test_in_a_jupyter_kernel_a_pass_is_saved_and_an_edit_noticed(tmp_path, monke
     from nbclient import NotebookClient
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     cells = ["import course\nfrom course.checks.data import check_scale_kernel", SCALE_CELL,
-             "check_scale_kernel(scale_kernel)", "print(course.runtime.mine.status(['1.2'])['1.2'][1])",
+             "check_scale_kernel(scale_kernel)", "from course.runtime import mine\nprint(mine.status(['1.2'])['1.2'][1])",
              SCALE_CELL.replace("np.float32(255.0)", "np.float32(255)"), "course.use_mine(['1.2'])"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -321,7 +321,7 @@ import importlib.util, sys
 sys.path.insert(0, sys.argv[2])  # tests/: simulated_student
 from simulated_student import run_cell
 import course
-from course.runtime import mine
+from course.runtime import mine, solutions
 from course.tools import nbtools
 from course.tools.compile import CC
 from course.tools.signatures import all_signatures
@@ -346,7 +346,7 @@ for path in nbtools.solution_notebooks()[:5]:
     for key, (_, target) in mine.PIECES.items():
         if int(key.split(".")[0]) == int(path.name[:2]) and target in sigs:
             name = target.split(":")[1]
-            text, _ = mine.capture(ns[name])
+            text, _ = solutions.capture(ns[name])
             file = f"{sys.argv[1]}/ex_{key.replace('.', '_')}.py"
             open(file, "w").write(text)
             spec = importlib.util.spec_from_file_location(f"saved_{n}", file)

@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from course.runtime import mine
+from course.runtime import mine, solutions
 from course.checks import core
 from course.checks.data import check_scale_kernel
 from course.tools import nbtools
@@ -54,18 +54,19 @@ def saved(tmp_path, monkeypatch):
     mine.use_course()
 
 
-def test_the_checks_save_a_pass_through_mine_which_imports_no_check():
-    tree = ast.parse(open(mine.__file__, encoding="utf-8").read())
-    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert not [m for m in imported if m.startswith(("course.checks", "course.tools"))], imported  # nor lazily
-    assert core.mine is mine and mine.EXERCISES == nbtools.EXERCISES
+def test_the_checks_save_a_pass_through_solutions_which_import_no_check():
+    for module in (solutions, mine):
+        tree = ast.parse(open(module.__file__, encoding="utf-8").read())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not [m for m in imported if m.startswith(("course.checks", "course.tools"))], imported  # nor lazily
+    assert core.solutions is solutions and solutions.EXERCISES == nbtools.EXERCISES
 
 
 def test_a_failed_save_leaves_the_pass_standing(monkeypatch, capsys):
     def broken(exercise, fn, check=None):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(mine, "record", broken)
+    monkeypatch.setattr(solutions, "record", broken)
     core.passed("Exercise 1.2", None, "3 cases", check="check_scale_kernel")
     out = capsys.readouterr().out.splitlines()
     assert out == ["✓ Exercise 1.2 passed: 3 cases", "  (not saved: OSError: [Errno 28] No space left on device)"]
@@ -83,7 +84,7 @@ def test_a_mine_folder_that_cannot_be_written_is_one_line_and_the_pass_stands(wh
     else:
         def full(src, dst):
             raise OSError(errno.ENOSPC, "No space left on device")
-        monkeypatch.setattr(mine.os, "replace", full)
+        monkeypatch.setattr(solutions.os, "replace", full)
     monkeypatch.setenv("COURSE_MINE_DIR", str(d))
     passed_scale()  # no exception: the check passed
     out = capsys.readouterr().out
@@ -110,7 +111,7 @@ def test_what_cannot_be_saved_faithfully_is_refused_in_one_line(case, tmp_path, 
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     ns = {"__name__": "__main__"}
     run_cell(ns, cell, f"<{case} cell>")
-    assert mine.record("1.1" if case == "lambda" else "1.2", ns[name]) is None
+    assert solutions.record("1.1" if case == "lambda" else "1.2", ns[name]) is None
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith(f"  (not saved for course.use_mine(): {reason}")
     assert not (tmp_path / "mine").exists()
@@ -120,7 +121,7 @@ def test_a_partial_is_not_saved_and_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     ns = {"__name__": "__main__"}
     run_cell(ns, "def _parse(buf, n):\n    return buf\n", "<cell>")
-    assert mine.record("1.1", functools.partial(ns["_parse"], n=3)) is None
+    assert solutions.record("1.1", functools.partial(ns["_parse"], n=3)) is None
     assert capsys.readouterr().out == ("  (not saved for course.use_mine(): it is a partial, not a function: "
                                        "write it as a `def`)\n")
 
@@ -133,7 +134,7 @@ def test_two_values_of_one_name_are_refused_not_the_last_one_kept(tmp_path, monk
                   "<cell b>")
     b["helper"] = a["helper"]
     assert b["parse_idx_header"](5) == 12  # what passed in the notebook
-    assert mine.record("1.1", b["parse_idx_header"]) is None
+    assert solutions.record("1.1", b["parse_idx_header"]) is None
     assert "two functions it uses see different `K` (K = 2 and K = 1)" in capsys.readouterr().out
 
 
@@ -161,11 +162,11 @@ def test_only_a_record_that_says_passed_counts(status, saved):
 
 
 IMPORT_TIME = {  # appended to the saved file, hash rewritten: refused before it runs ({n}: its first line after)
-    "print": ("print('pwned')\n", "line {n} is not what course.runtime.mine saves (a Expr)"),
-    "exit": ("import sys\nsys.exit(0)\n", "line {n1} is not what course.runtime.mine saves (a Expr)"),
-    "loop": ("while True:\n    pass\n", "line {n} is not what course.runtime.mine saves (a While)"),
-    "attribute set": ("import os\nos.environ = 1\n", "line {n1} is not what course.runtime.mine saves (a Assign)"),
-    "call assigned": ("import os\nX = os.system('true')\n", "line {n1} is not what course.runtime.mine saves (a Assign)"),
+    "print": ("print('pwned')\n", "line {n} is not what course.runtime.solutions saves (a Expr)"),
+    "exit": ("import sys\nsys.exit(0)\n", "line {n1} is not what course.runtime.solutions saves (a Expr)"),
+    "loop": ("while True:\n    pass\n", "line {n} is not what course.runtime.solutions saves (a While)"),
+    "attribute set": ("import os\nos.environ = 1\n", "line {n1} is not what course.runtime.solutions saves (a Assign)"),
+    "call assigned": ("import os\nX = os.system('true')\n", "line {n1} is not what course.runtime.solutions saves (a Assign)"),
     "decorator that exits": ("import sys\n@sys.exit\ndef f():\n    pass\n",
                              "line {n2} (f): its decorator `sys.exit` is not numba's jit with constant arguments"),
     # a regression: a def's defaults, annotations and decorators ran at use_mine() (a hang, say)
@@ -216,7 +217,7 @@ def test_a_malformed_record_is_one_line_then_the_course_s_kernel(case, saved, ca
     assert st["1.2"][0] is None and st["1.2"][1].startswith(reason), st["1.2"]
     row = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith("1.2"))
     assert "course's: cannot read ex_1_2.json" in row
-    mine._after_cell(types.SimpleNamespace(info=types.SimpleNamespace(raw_cell=SCALE_CELL), error_in_exec=None))
+    solutions._after_cell(types.SimpleNamespace(info=types.SimpleNamespace(raw_cell=SCALE_CELL), error_in_exec=None))
 
 
 def test_plain_defaults_and_numba_s_jit_still_load(saved):
@@ -289,7 +290,7 @@ def test_cyclic_dependencies_and_a_sibling_notebook_that_is_not_one(saved):
 def test_a_notebook_keeps_its_solutions_in_its_own_folder(tmp_path, monkeypatch, capsys):
     """Item 4: alice's notebook run by the teacher saves into alice's folder; bob's run in his uses nothing of hers."""
     monkeypatch.delenv("COURSE_MINE_DIR", raising=False)
-    monkeypatch.setattr(mine, "in_notebook", lambda: True)
+    monkeypatch.setattr(solutions, "in_notebook", lambda: True)
     for student in ("alice", "bob"):
         (tmp_path / student).mkdir()
     monkeypatch.chdir(tmp_path / "alice")
@@ -327,7 +328,7 @@ def test_an_edit_saved_in_the_notebook_counts_with_the_mine_folder_elsewhere(tmp
     """The folder the notebook ran in is recorded: a later save there with another cell counts as an edit, wherever
     COURSE_MINE_DIR puts the solutions (also nbgrader's release folders)."""
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "elsewhere" / "mine"))
-    monkeypatch.setattr(mine, "in_notebook", lambda: True)
+    monkeypatch.setattr(solutions, "in_notebook", lambda: True)
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     passed_scale()
@@ -343,7 +344,7 @@ def test_an_edit_saved_in_the_notebook_counts_with_the_mine_folder_elsewhere(tmp
 
 def test_in_notebook_is_true_only_in_a_jupyter_kernel_shell(monkeypatch):
     from IPython.core.interactiveshell import InteractiveShell
-    assert not mine.in_notebook()  # pytest: no shell
+    assert not solutions.in_notebook()  # pytest: no shell
 
     class ZMQInteractiveShell(InteractiveShell):  # ipykernel's, by name
         pass
@@ -353,7 +354,7 @@ def test_in_notebook_is_true_only_in_a_jupyter_kernel_shell(monkeypatch):
 
     for cls, expected in ((InteractiveShell, False), (ZMQInteractiveShell, True), (Shell, True)):
         monkeypatch.setattr(sys.modules["IPython"], "get_ipython", lambda cls=cls: object.__new__(cls))
-        assert mine.in_notebook() is expected, cls
+        assert solutions.in_notebook() is expected, cls
 
 
 def _run_notebook(folder, *cells):

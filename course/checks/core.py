@@ -17,7 +17,7 @@ import numpy as np
 from numba import cuda
 
 import course
-from course.runtime import mine
+from course.runtime import solutions
 from course.runtime.util import in_notebook
 
 GUARD_FLOAT = np.float32(-7.77e33)  # what guard cells hold; a kernel has no reason to write it
@@ -128,11 +128,11 @@ def course_own(fn):
 
 
 def passed(exercise, fn, what, check=None):
-    """A check passed: the one place that says so, then saves the solution (mine.record); a failed save never undoes
+    """A check passed: the one place that says so, then saves the solution (solutions.record); a failed save never undoes
     the pass."""
     print(f"✓ {exercise} passed" + (f": {what}" if what else ""))
     try:
-        mine.record(exercise, fn, check=check)
+        solutions.record(exercise, fn, check=check)
     except Exception as e:  # the pass stands: one line, no traceback
         why = " ".join(str(e).split())[:200]
         print(f"  (not saved: {type(e).__name__}{': ' + why if why else ''})")
