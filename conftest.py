@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-# Without a GPU the notebooks run their kernels on the CPU executor (course/cpu.py); in the test suite at the
+# Without a GPU the notebooks run their kernels on the CPU executor (course/runtime/cpu.py); in the test suite at the
 # simulator's sizes (course.pick), which prove the same in less time than the full sizes a student's run gets.
 os.environ.setdefault("COURSE_SIZES", "sim")
 

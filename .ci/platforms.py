@@ -5,7 +5,7 @@ packages installed here and the simulator tests run on them.
     python .ci/platforms.py mac       # the numba, numba-cuda, llvmlite and numpy a Mac gets, in a venv here: tests
 
 `pip download --platform` evaluates environment markers for the machine it runs on, not the target; `uv pip
-compile --python-platform` evaluates them for the target. Run from the CI venv (it imports course.device)."""
+compile --python-platform` evaluates them for the target. Run from the CI venv (it imports course.runtime.device)."""
 import os
 import re
 import subprocess
@@ -59,17 +59,17 @@ def resolve(tmp, target, python):
 
 
 def check(name, pins):
-    """The numba-cuda a platform gets is one course/device.py was written for; simulator-only on macOS only."""
-    from course import device
+    """The numba-cuda a platform gets is one course/runtime/device.py was written for; simulator-only on macOS only."""
+    from course.runtime import device
     nc = pins.get("numba-cuda")
     problems = []
     if nc not in device.WRITTEN_FOR["numba-cuda"]:
-        problems.append(f"numba-cuda {nc} is not in course.device.WRITTEN_FOR")
+        problems.append(f"numba-cuda {nc} is not in course.runtime.device.WRITTEN_FOR")
     if (nc in device.SIMULATOR_ONLY) != name.startswith("macOS"):
         problems.append(f"numba-cuda {nc} on {name}: simulator-only builds are for macOS, and only there")
     if name.startswith("macOS") and any(p.startswith(("cuda-bindings", "nvidia-")) for p in pins):
         problems.append("CUDA wheels resolved for macOS")
-    from course import versions
+    from course.runtime import versions
     for pkg in versions.RANGES:  # numba and numpy inside the ranges `import course` checks (numpy < 2.5, numba < 0.69)
         line = versions.range_problem(pkg, pins.get(pkg, "0"))
         if line:
@@ -80,7 +80,7 @@ def check(name, pins):
 
 
 def cmd_resolve(tmp):
-    from course import versions
+    from course.runtime import versions
     ok = True
     for python in PYTHONS:
         for name, target in {**MAC, **OTHERS}.items():
@@ -99,7 +99,7 @@ def cmd_mac(tmp):
         python[name] = venv / "bin" / "python"
         sh(uv(tmp), "pip", "install", "-q", "--python", python[name], *(f"{p}=={pins[p]}" for p in NUMBA + TOOLS),
            "-e", ".")
-        got = subprocess.run([python[name], "-c", "import course.device as d; print(*d.cuda_build())"],
+        got = subprocess.run([python[name], "-c", "import course.runtime.device as d; print(*d.cuda_build())"],
                              cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
         assert got == ["numba-cuda", pins["numba-cuda"]], f"{name}: the venv has {got}"
         print(f"{name}: {', '.join(f'{p} {pins[p]}' for p in NUMBA)}", flush=True)

@@ -2,8 +2,8 @@
 import os as _os
 import sys as _sys
 
-from . import versions as _versions
-from .device import setup as _setup
+from .runtime import versions as _versions
+from .runtime.device import setup as _setup
 
 # `python -m course ...` reports a bad COURSE_DEVICE (and the simulator's banner) only in the commands that use a
 # device, so that --help, download or export still work and errors stay one line.
@@ -16,7 +16,7 @@ except ValueError as _e:  # COURSE_DEVICE is not gpu, sim or auto
     if not _CLI:
         raise
     SIMULATOR, WHY, DEVICE_ERROR = None, None, str(_e)
-# A Python, numba or numpy outside the tested ranges (course/versions.py): one line each on stderr. A warning, not
+# A Python, numba or numpy outside the tested ranges (course/runtime/versions.py): one line each on stderr. A warning, not
 # an error: the course may still work (and `python -m course doctor` must run to explain it), except numpy >= 2.5
 # on a GPU, where numba-cuda's first compile fails: an error at once instead of a traceback inside numba.
 VERSION_ERROR = _versions.fatal(SIMULATOR) if SIMULATOR is not None else None
@@ -24,16 +24,16 @@ if VERSION_ERROR and not _CLI:
     raise RuntimeError(VERSION_ERROR)
 if not _CLI:
     _versions.warn_at_import()
-from . import cpu  # noqa: E402  (course.cpu.simulating() is a no-op on a GPU, where launches are numba's own)
+from .runtime import cpu  # noqa: E402  (cpu.simulating() is a no-op on a GPU, where launches are numba's own)
 
-CPU = False  # True when launches run on the CPU executor (course/cpu.py): COURSE_DEVICE=cpu, or no GPU
+CPU = False  # True when launches run on the CPU executor (course/runtime/cpu.py): COURSE_DEVICE=cpu, or no GPU
 if SIMULATOR:
-    from .device import executor_wanted as _executor_wanted
-    from .device import patch_simulator as _patch
+    from .runtime.device import executor_wanted as _executor_wanted
+    from .runtime.device import patch_simulator as _patch
 
     try:
         _patch()
-    except (RuntimeError, ImportError) as _e:  # no numba, or a numba-cuda course/device.py was not written for
+    except (RuntimeError, ImportError) as _e:  # no numba, or a numba-cuda course/runtime/device.py was not written for
         if not _CLI:
             raise
         DEVICE_ERROR = " ".join(str(_e).split())  # `python -m course doctor` explains it; other commands stop
@@ -78,7 +78,7 @@ def pick(gpu, sim, cpu=None):
 
 
 def _on_executor():
-    from .cpu import active
+    from .runtime.cpu import active
     return active()
 
 
@@ -95,8 +95,8 @@ def runs_on():
 
 def info():
     """Print and return the device the kernels run on, and one line on the versions (or their first problem)."""
-    from .device import describe, info_line
-    from .tools.doctor import version_summary
+    from .runtime.device import describe, info_line
+    from .runtime.doctor import version_summary
     d = describe(SIMULATOR)
     print(info_line(d))
     print(version_summary())
@@ -105,5 +105,5 @@ def info():
 
 def use_mine(*args, **kwargs):
     """Run your passing exercise solutions in place of the course's kernels; print whose code runs where."""
-    from .mine import use_mine
+    from .runtime.mine import use_mine
     return use_mine(*args, **kwargs)

@@ -17,7 +17,7 @@ def run_info(args):
 
 
 def run_doctor(args):
-    from .tools.doctor import main as doctor
+    from .runtime.doctor import main as doctor
     return doctor()
 
 

@@ -7,7 +7,7 @@ tiled), the fused linear kernel (bias + ReLU in the epilogue), launchers, and th
 import numpy as np
 from numba import cuda, float32
 
-from course.util import grid2d, require, require_apart
+from course.runtime.util import grid2d, require, require_apart
 
 
 def matmul_ref(A, B):

@@ -41,7 +41,7 @@ from course.grad import mlp_grads_ref, mlp_loss_ref
 from course.loss import zero_kernel
 from course.ptx import grid_barrier, shfl_xor, stamp
 from course.train import evaluate, init_params, run_epochs
-from course.util import cdiv, require
+from course.runtime.util import cdiv, require
 
 TJ = 8             # hidden units per tile: two groups of 4, a thread's 4 accumulators per row
 TK = 100           # inputs per tile (784 = 7 x 100 + 84): a row of a tile is 400 bytes, a multiple of 16

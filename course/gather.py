@@ -6,7 +6,7 @@
 import numpy as np
 from numba import cuda
 
-from course.util import cdiv, grid2d, require, require_apart
+from course.runtime.util import cdiv, grid2d, require, require_apart
 
 
 def gather_ref(X, idx):

@@ -8,7 +8,7 @@ import numpy as np
 from numba import cuda, float32
 
 from course.loss import softmax_xent_rows_ref
-from course.util import cdiv, grid2d, require, require_apart
+from course.runtime.util import cdiv, grid2d, require, require_apart
 
 
 def mlp_loss_ref(X, y, W1, b1, W2, b2):

@@ -4,7 +4,8 @@
 # %% notebooks/08_time.ipynb cell cg2
 """CUDA graphs (notebook 08): the launches of one training step recorded once by cuda.core and replayed per step.
 
-The plain loop of notebook 06 (gather, forward, loss, backward, update) or the fused step of course.fused. A replay
+The plain loop of notebook 06 (gather, forward, loss, backward, update) or a trainer's step (notebook 12's fused
+step, say: it is passed in, so this module needs nothing of the later notebooks). A replay
 runs its kernels with the recorded arguments, so the graph reads the batch from device memory: it starts with
 batch_index_kernel (indices of batch number counter[0] into a fixed buffer) and ends with record_loss_kernel."""
 import numpy as np
@@ -12,7 +13,6 @@ from numba import cuda
 
 import course
 from course.forward import mlp_forward
-from course.fused import FusedTrainer
 from course.gather import gather, gather_labels
 from course.grad import mlp_backward
 from course.loss import cross_entropy
@@ -20,7 +20,6 @@ from course.train import buffers, evaluate, init_params, run_epochs
 from course.update import sgd
 
 IDX_THREADS = 256  # batch_index_kernel runs as one block of this many threads
-LOOPS = ("plain", "fused_step", "fused_phases")
 
 
 def graph_support():
@@ -107,16 +106,17 @@ class Graph:
 class GraphLoop:
     """SGD on the MLP where a step is ONE replay of a recorded graph. params: a FlatParams (changed in place).
 
-    loop "plain": notebook 06's train_step and the two gathers (15 launches); "fused_step": course.fused's
-    cooperative step kernel (1); "fused_phases": its three-launch form (3). Each graph adds batch_index_kernel before
-    and record_loss_kernel after. n: examples per epoch (a multiple of batch_size)."""
+    trainer None: notebook 06's train_step and the two gathers (15 launches); else an object whose
+    launch_step(X_d, y_d, idx, loss, stream=) makes one step's launches (notebook 12's FusedTrainer: one cooperative
+    kernel, or three in mode "phases"). Each graph adds batch_index_kernel before and record_loss_kernel after.
+    n: examples per epoch (a multiple of batch_size)."""
 
-    def __init__(self, X_d, y_d, params, batch_size, lr, n, loop="plain", graph=True, threads=None):
-        if loop not in LOOPS:
-            raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
+    def __init__(self, X_d, y_d, params, batch_size, lr, n, trainer=None, graph=True):
+        if trainer is not None and not callable(getattr(trainer, "launch_step", None)):
+            raise ValueError(f"trainer must have a launch_step method (or be None), got {type(trainer).__name__}")
         if n <= 0 or n % batch_size:
             raise ValueError(f"n must be a positive multiple of batch_size {batch_size}, got {n}")
-        self.X_d, self.y_d, self.params, self.lr, self.loop = X_d, y_d, params, np.float32(lr), loop
+        self.X_d, self.y_d, self.params, self.lr, self.trainer = X_d, y_d, params, np.float32(lr), trainer
         self.steps = n // batch_size
         self.perm = cuda.to_device(np.zeros(n, np.int64))         # the epoch's order, copied in per epoch
         self.counter = cuda.to_device(np.zeros(1, np.int64))      # the batch number the next replay takes
@@ -124,15 +124,12 @@ class GraphLoop:
         self.loss = cuda.to_device(np.zeros(1, np.float32))       # (1,): the step's mean loss
         self.losses = cuda.device_array(self.steps, np.float32)   # (steps,): every step's loss
         hidden, n_in = params["W1"].shape[1], params["W1"].shape[0]
-        if loop == "plain":
+        if trainer is None:
             self.grads, self.buf = params.zeros_like(), buffers(batch_size, hidden)
             self.buf["dZ2"] = cuda.device_array((batch_size, 10), np.float32)      # mlp_backward's work
             self.buf["dZ1"] = cuda.device_array((batch_size, hidden), np.float32)
             self.Xb = cuda.device_array((batch_size, n_in), np.float32)              # (B, 784)
             self.yb = cuda.device_array(batch_size, y_d.dtype)                       # (B,)
-        else:
-            mode = "step" if loop == "fused_step" else "phases"
-            self.trainer = FusedTrainer(params, batch_size, lr, mode=mode, threads=threads)
         start = params.flat.copy_to_host()                        # one step outside the graph compiles every
         self.launches(0)                                          # kernel; then the parameters are put back
         cuda.synchronize()
@@ -142,7 +139,7 @@ class GraphLoop:
     def launches(self, stream):
         """One step's launches, in order, on `stream` (0: run them now; a graph builder: record them)."""
         batch_index_kernel[1, IDX_THREADS, stream](self.perm, self.counter, self.idx)
-        if self.loop == "plain":
+        if self.trainer is None:
             p, buf = self.params, self.buf
             Xb = gather(self.X_d, self.idx, out=self.Xb, stream=stream)
             yb = gather_labels(self.y_d, self.idx, out=self.yb, stream=stream)
@@ -169,20 +166,22 @@ class GraphLoop:
 
 
 # %% notebooks/08_time.ipynb cell cg5
-def fit_graph(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, lr=0.1, seed=0, loop="plain",
+def fit_graph(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, lr=0.1, seed=0, trainer=None,
               graph=True, progress=True):
     """course.train.fit's SGD recipe (same init, same permutations) with each step one replay of a CUDA graph.
+    trainer: None (notebook 06's plain step) or trainer(params, batch_size, lr) -> GraphLoop's trainer.
 
-    The epochs' bookkeeping is notebook 06's course.train.run_epochs, as in fit and course.fused.fit_fused.
-    Returns a history dict like course.fused.fit_fused's: every step's loss, per-epoch metrics, params."""
+    The epochs' bookkeeping is notebook 06's course.train.run_epochs, as in fit.
+    Returns a history dict like fit's: every step's loss, per-epoch metrics, params."""
     n = (len(X_train) // batch_size) * batch_size
     if n == 0:
         raise ValueError(f"batch_size {batch_size} is larger than the {len(X_train)} training examples")
     X_d, y_d = cuda.to_device(X_train), cuda.to_device(y_train)
     Xt_d, yt_d = cuda.to_device(X_test), cuda.to_device(y_test)
     params = init_params(hidden, seed, n_in=X_train.shape[1])
-    runner = GraphLoop(X_d, y_d, params, batch_size, lr, n, loop=loop, graph=graph)
-    hist = dict(step=[], loss=[], epoch=[], loop=loop)
+    runner = GraphLoop(X_d, y_d, params, batch_size, lr, n, graph=graph,
+                       trainer=None if trainer is None else trainer(params, batch_size, lr))
+    hist = dict(step=[], loss=[], epoch=[])
     run_epochs(lambda epoch, perm, step: step + runner.epoch(perm).size,    # the clock covers the perm's copy too
                hist, len(X_train), n, epochs, seed, lr, test=lambda: evaluate(Xt_d, yt_d, params),
                losses=runner.losses, unit="ms", progress=progress)

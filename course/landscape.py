@@ -15,7 +15,7 @@ from numba import cuda
 from course.forward import mlp_forward
 from course.loss import cross_entropy
 from course.update import FlatParams, launch_shape
-from course.util import require
+from course.runtime.util import require
 
 
 def combine_ref(theta, d1, d2, a, b):

@@ -8,7 +8,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from course.util import cdiv, require, require_apart
+from course.runtime.util import cdiv, require, require_apart
 
 
 def softmax_xent_rows_ref(logits, y):

@@ -8,7 +8,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 import course
-from course.util import cdiv, require
+from course.runtime.util import cdiv, require
 
 
 # %% notebooks/09_matmul.ipynb cell c021

@@ -11,7 +11,7 @@ from numba import cuda, float32
 
 from course.forward import mlp_forward
 from course.grad import BLOCK as GRAD_BLOCK, _grid2, dhidden_kernel
-from course.util import cdiv, require
+from course.runtime.util import cdiv, require
 
 
 # %% notebooks/10_phases.ipynb cell c032

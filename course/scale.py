@@ -6,7 +6,7 @@
 import numpy as np
 from numba import cuda
 
-from course.util import cdiv, require, require_apart  # cdiv(n, b) = ceil(n / b): how many blocks of b threads cover n elements
+from course.runtime.util import cdiv, require, require_apart  # cdiv(n, b) = ceil(n / b): how many blocks of b threads cover n elements
 
 
 def scale_ref(x):

@@ -11,7 +11,7 @@ from numba import cuda
 from tqdm import tqdm
 
 import course
-from course import timing
+from course.runtime import timing
 from course.forward import mlp_forward
 from course.gather import gather, gather_labels
 from course.grad import mlp_backward, mlp_grads_ref, mlp_loss_ref
@@ -142,7 +142,7 @@ def fit(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, 
 
     step = run_epochs(one_epoch, hist, len(X_train), n, epochs, seed, lr, test=lambda: evaluate(Xt_d, yt_d, params),
                       max_steps=max_steps, progress=progress)
-    hist.update(params=params, steps=step, device=course.runs_on(),   # what ran it: labels say so (course.mine)
+    hist.update(params=params, steps=step, device=course.runs_on(),   # what ran it: labels say so (course.runtime.mine)
                 setup=dict(n_train=n, n_in=X_train.shape[1], hidden=hidden, batch_size=batch_size))
     return hist
 
@@ -236,7 +236,7 @@ def fit_sim(X_train, y_train, X_test, y_test, kernel_steps=3, kernel_test=16, **
     if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
         raise AssertionError(f"the kernels' losses {np.round(got, 5)} differ from the NumPy twin's "
                              f"{np.round(want, 5)}: train_step (or a kernel) does not compute what the twin does")
-    from course.mine import step_pieces, whose
+    from course.runtime.mine import step_pieces, whose
     print(f"steps 1-{len(got)} on {whose(step_pieces(kw.get('optimizer', 'sgd')))} in the simulator: losses "
           f"{', '.join(f'{v:.4f}' for v in got)}, equal to the NumPy twin's (max difference "
           f"{np.max(np.abs(got - want)):.1e}); the twin trained the rest")

@@ -12,7 +12,7 @@ from math import prod
 import numpy as np
 from numba import cuda
 
-from course.util import cdiv, require, require_apart
+from course.runtime.util import cdiv, require, require_apart
 
 
 def sgd_ref(p, g, lr):

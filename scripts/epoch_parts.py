@@ -11,7 +11,7 @@ import course  # noqa: F401  (first: it picks the GPU or the simulator)
 import course.fused as fused
 from course.data import load_mnist
 from course.train import init_params
-from course.util import cdiv
+from course.runtime.util import cdiv
 
 X, y, Xt, yt = load_mnist()
 X_d, y_d = cuda.to_device(X), cuda.to_device(y)

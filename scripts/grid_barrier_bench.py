@@ -1,4 +1,4 @@
-"""How much does one grid-wide barrier cost inside a persistent kernel? (issue 13: the fused epoch's floor)
+"""How much does one grid-wide barrier cost inside a persistent kernel? (the fused epoch's floor)
 
 numba's cooperative-groups barrier (`cuda.cg.this_grid().sync()`) against a hand-written one (an atomic arrival
 count and a generation number, one thread per block spinning on it), each alone in a loop of ITERS barriers, one

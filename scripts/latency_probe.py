@@ -1,4 +1,4 @@
-"""What one dependent step costs inside a numba-cuda kernel on this GPU (issue 13: the fused step is a chain of them):
+"""What one dependent step costs inside a numba-cuda kernel on this GPU (the fused step is a chain of them):
 the SM clock (clock64 against %globaltimer), a global load that hits L2 (a pointer chase through 4 KB, every
 thread of 132 blocks x 512 chasing), the same from DRAM (a 256 MB chase), a shared-memory load, __syncthreads with
 512 threads, and a float atomic add whose result is used. Each: the median over blocks of (t1 - t0) / N.

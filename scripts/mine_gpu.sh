@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 11 on a GPU: a simulated student does every exercise of 01-14 (their solutions typed into the exercise
-# cells, each check run, so each passing one is saved by course.mine), then `python -m course train --mine` trains
+# The student's own kernels on a GPU, end to end: a simulated student (tests/simulated_student.py) does every
+# exercise of 01-14 (their solutions typed into the exercise cells, each check run, so each passing one is saved by
+# course.runtime.solutions), then `python -m course train --mine` trains
 # the 784-128-10 MLP for 10 epochs on their kernels. Fails unless every piece the trainer runs is the student's and
 # the test accuracy is >= 0.974. Then the fused epoch kernel (notebooks 11 and 12) trains 10 epochs on the student's
 # tile_origin, halve and warp_class_sums (exercises 11.1, 12.1 and 12.2), to the same bar. Writes notebooks/results/mine-<gpu>.json (default name mine-h200.json).
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 OUT="${1:-notebooks/results/mine-h200.json}"
 export COURSE_DEVICE=gpu
 export COURSE_MINE_DIR="$(mktemp -d)/mine"
-python3 -c "from course import mine; mine.simulate_student()"
+PYTHONPATH="tests${PYTHONPATH:+:$PYTHONPATH}" python3 -c "from simulated_student import simulate_student; simulate_student()"
 python3 -m course train --mine --epochs 10 --hidden 128 --optimizer sgd --lr 0.1 --batch-size 64 --seed 0 --out "$OUT"
 python3 - "$OUT" <<'PY'
 import json, sys
@@ -22,7 +23,7 @@ print(f"OK: {len(theirs)} of {len(r['mine'])} trainer pieces were the student's;
       f"test accuracy {r['test_accuracy']:.4f} >= 0.974 on {r['device']['name']}")
 PY
 python3 - <<'PY'
-from course import mine
+from course.runtime import mine
 import course.fused as fused
 from course.data import load_mnist
 pieces = {"11.1": "tile_origin", "12.1": "halve", "12.2": "warp_class_sums"}

@@ -10,7 +10,7 @@ them for sm_75 (course/tools/compile.py; the kernel's own attributes on this GPU
 
 Usage: COURSE_DEVICE=gpu python scripts/t4_grid.py [--out notebooks/results/fused-t4grid-h200.json] [--quick]
   --quick: no 3-epoch accuracy run.
-The knobs it reaches from outside (course/fused.py is exported from notebook 08): course.fused.has_tma,
+The knobs it reaches from outside (course/fused.py is exported from notebooks 11 and 12): course.fused.has_tma,
 replaced before anything compiles (its intrinsics ask it while generating code; FusedTrainer asks it for
 `copies`), and FusedTrainer's `blocks` argument (the grid of the cooperative modes)."""
 import json
@@ -50,7 +50,7 @@ def sm75_resources():
     ptxas = ccompile.find_ptxas()
     if ptxas is None:
         return None
-    from course.device import lower_kernel
+    from course.runtime.device import lower_kernel
     ptx = lower_kernel(fused.fused_steps_kernel.py_func, eval(f"({sig},)", {}, names), ccompile.CC)(T4["cc"])
     res = ccompile.ptxas_resources(ptx, T4["cc"], fused.REGS, ptxas)
     return dict(res, source=f"ptxas {ptxas} -arch=sm_75 -maxrregcount={fused.REGS}")

@@ -11,7 +11,7 @@ from nbgrader.preprocessors import ClearSolutions
 
 c = get_config()  # noqa: F821 (traitlets defines it when it loads this file)
 
-# Grading neither saves nor uses a student's saved solutions (course.mine): each submission runs on its own code and
+# Grading neither saves nor uses a student's saved solutions (course.runtime.mine): each submission runs on its own code and
 # the course's, never on another submission's kernels. The kernels nbgrader starts inherit this environment.
 os.environ["COURSE_MINE_DIR"] = "off"
 

@@ -15,11 +15,11 @@ import course  # noqa: F401
 MNIST_TRAIN = 3 * 8 + 5  # training rows of the `data` fixture: three batches of 8, 5 left over
 MNIST_TEST = 16          # its test rows
 
-# The tests run their kernels in the simulator, as before the CPU executor (course/cpu.py) came; tests/test_cpu.py
-# runs them on the executor (course.cpu.running()). Notebooks and `python -m course` in subprocesses choose for
+# The tests run their kernels in the simulator, as before the CPU executor (course/runtime/cpu.py) came; tests/test_cpu.py
+# runs them on the executor (course.runtime.cpu.running()). Notebooks and `python -m course` in subprocesses choose for
 # themselves (COURSE_DEVICE, or the executor without a GPU).
 if course.SIMULATOR:
-    course.cpu.enable(False)
+    course.runtime.cpu.enable(False)
 
 # A passing check saves the solution for course.use_mine(): in tests (and the notebooks and JupyterLab they start),
 # into a folder of this test process, never into the checkout's notebooks/exercises/mine/. Each pytest-xdist worker

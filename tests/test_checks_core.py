@@ -27,7 +27,7 @@ from course.forward import matmul_v1_kernel
 from course.gather import gather_kernel
 from course.scale import scale_kernel
 from course.update import sgd_kernel
-from course.util import cdiv
+from course.runtime.util import cdiv
 
 GUARD = "if i < out.size:"
 FULL_BLOCKS_ONLY = "if i < out.size and (cuda.blockIdx.x < cuda.gridDim.x - 1 or cuda.threadIdx.x < out.size % cuda.blockDim.x):"
@@ -171,7 +171,7 @@ def test_exceptions_of_the_students_code_become_check_failures():
 
 
 @pytest.mark.skipif(not course.SIMULATOR, reason="a raise inside a kernel reaches Python only in the simulator")
-@pytest.mark.skipif(bool(course.device.simulator_only()), reason="a simulator-only numba-cuda has no compiler: no gate")
+@pytest.mark.skipif(bool(course.runtime.device.simulator_only()), reason="a simulator-only numba-cuda has no compiler: no gate")
 def test_a_kernel_that_no_gpu_compiles_fails_with_the_case():
     msg = rejects(c01.check_scale_kernel, mutant(scale_kernel, "out[i] = x[i] / np.float32(255.0)",
                   "out[i] = x[i] / np.float32(255.0) if i < 50 else {}['x']"), "Exercise 1.2",
@@ -347,9 +347,9 @@ def test_a_raise_names_the_line_of_the_students_code():
 
 
 def test_a_course_function_that_the_check_misuses_is_not_blamed_on_the_student(monkeypatch):
-    from course.util import require
+    from course.runtime.util import require
     monkeypatch.setattr(c07, "_project_ref", require)  # called as require(S, theta_n, d1, d2): host arrays
-    with pytest.raises(ValueError, match="must be a device array"):  # raised in course/util.py, via the check
+    with pytest.raises(ValueError, match="must be a device array"):  # raised in course/runtime/util.py, via the check
         c07.check_project_to_plane(LS.project_to_plane)
 
 
@@ -369,7 +369,7 @@ def test_a_build_without_hint_answers_holds_no_answer(tmp_path):
 
 
 def test_a_shape_of_one_dimension_is_written_as_a_tuple():
-    from course.util import require
+    from course.runtime.util import require
     with pytest.raises(ValueError, match=r"loss must have shape \(1,\), got \(2,\)"):
         require("loss", cuda.device_array(2, np.float32), np.float32, shape=(1,))
 
@@ -395,7 +395,7 @@ def test_a_check_without_the_largest_block_is_refused():
 
 @pytest.mark.parametrize("given, says", [(5, "got int 5"), (lambda x: x, "a function <lambda> without @cuda.jit")])
 def test_a_check_given_something_that_is_not_a_kernel_says_so(given, says):
-    """Issue 32: a check given a non-kernel said "'int' object is not subscriptable"."""
+    """A regression: a check given a non-kernel said "'int' object is not subscriptable"."""
     with pytest.raises(CheckFailure) as e:
         c01.check_scale_kernel(given)
     msg = str(e.value)

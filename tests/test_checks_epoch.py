@@ -100,7 +100,7 @@ def test_clock_report_is_the_two_rules():
     assert "step" not in clock_report(T[:1], 128, 64)   # one step (the simulator's): no time from it to the next
 
 
-# --- issue 48: the clocks the course really gives (raw %globaltimer readings, about 1.7e18 ns) --------------------
+# --- the clocks the course really gives (raw %globaltimer readings, about 1.7e18 ns) --------------------
 
 @pytest.mark.parametrize("check, fn", [
     pytest.param(checks.check_part_us, mutant(part_us, "slowest = (", "T = T.astype(np.float64); slowest = ("),

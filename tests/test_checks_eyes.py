@@ -93,7 +93,7 @@ def test_the_register_tiled_matmuls_second_barrier_deleted_fails():
 # --- what the simulator cannot run: warp shuffles; kernels made by a function (closures) --------------------
 
 def test_a_device_function_with_a_warp_shuffle_is_not_simulated():
-    from course import device
+    from course.runtime import device
 
     @cuda.jit(device=True)
     def lane_swap(v):
@@ -116,7 +116,7 @@ def _apply_kernel(fn):
 def test_a_kernel_closing_over_a_device_function_is_simulated_with_it():
     """The simulated kernel calls a simulated copy of the device function it closes over, in a new cell (the
     original kernel keeps its own)."""
-    from course import device
+    from course.runtime import device
 
     @cuda.jit(device=True)
     def twice(v):

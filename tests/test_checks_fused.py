@@ -97,7 +97,7 @@ def test_a_wrong_sum_is_named_by_thread_and_acc_index():
 
 
 def test_halve_with_a_shuffle_in_each_branch_passes_from_volta_on():
-    """A fresh reader's answer (issue 28): the upper and lower lanes each call shfl_xor in their own branch. From
+    """A fresh reader's answer: the upper and lower lanes each call shfl_xor in their own branch. From
     compute capability 7.0 on (the T4, the H200) shfl.sync waits for the lanes of its mask at any shfl.sync, so it
     is right and passes; before 7.0 every lane must reach the same call (strict)."""
     both = mutant(halve, """        send = acc[k] if upper else acc[k + half]
@@ -151,7 +151,7 @@ def halve(acc, half, mask, scr):
     assert "passed" in (out := capsys.readouterr().out) and checks.UNREAD not in out
 
 def test_warp_sum_check_rejects_a_sum_through_shared_memory_that_a_second_call_overwrites():
-    """A student's answer without shuffles (a fresh student's, issue 28): each lane writes scr, one barrier, then
+    """A student's answer without shuffles (a fresh student's): each lane writes scr, one barrier, then
     sums its warp's 32 cells. Called once it is right; called twice in a row, the second call's writes land while
     other lanes still read the first's."""
     @cuda.jit(device=True)
@@ -276,7 +276,7 @@ def test_other_correct_tile_origins_and_class_sums_pass():
     checks.check_warp_class_sums(class_sums_loop)
 
 
-# --- issue 48: the spec's count of shuffles (16), counted, not read from the names called --------------------------
+# --- the spec's count of shuffles (16), counted, not read from the names called --------------------------
 
 @cuda.jit(device=True)
 def halve_all_reduce(acc, half, mask, scr):

@@ -1,4 +1,4 @@
-"""The compile gate (course/checks/core.py `compile_gate`, course/tools/gate.py): every kernel check compiles the
+"""The compile gate (course/checks/core.py `compile_gate`, course/runtime/gate.py): every kernel check compiles the
 student's kernel for a real GPU first, in the simulator too (a GPU-mode worker process: numba-cuda compiles without
 a driver), and refuses what no GPU compiles and float64 arithmetic in a kernel whose arrays are float32. Planted
 as one-line mutations of the solutions (tests/conftest.py `mutant`); correct answers written another way pass."""
@@ -7,7 +7,7 @@ import re
 import pytest
 from conftest import mutant, mutated, rejects
 
-from course import device
+from course.runtime import device
 from course.checks import core
 from course.checks import data as c01
 from course.checks import forward as c02

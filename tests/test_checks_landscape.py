@@ -144,7 +144,7 @@ def test_filter_normalize_returning_float64_rejected():
     rejects(checks.check_filter_normalize, wrong, "Exercise 7.3", ["float32"])
 
 
-# --- issue 48: the domain the course feeds them (a grid's a = 0 and b = 0 lines, FlatParams' padding, a zero
+# --- the domain the course feeds them (a grid's a = 0 and b = 0 lines, FlatParams' padding, a zero
 # column) -------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("edits", [

@@ -10,7 +10,7 @@ from conftest import registered_checks
 
 import course
 from course.checks import core
-from course.mine import PIECES
+from course.runtime.mine import PIECES
 
 
 class _Stop(Exception):
@@ -18,7 +18,7 @@ class _Stop(Exception):
 
 
 def _solution(number, check):
-    """The course's answer to a check: its course.mine piece, else the course function the check is named after."""
+    """The course's answer to a check: its course.runtime.mine piece, else the course function the check is named after."""
     if number in PIECES:
         module, name = PIECES[number][1].split(":")
         return getattr(importlib.import_module(module), name)

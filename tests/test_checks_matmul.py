@@ -60,7 +60,7 @@ def test_blocks_per_sm_failure_names_the_binding_limit_and_what_each_allows(old,
     assert not any(code in msg for code in ("//", "REG_UNIT", "SM_", "min(")), msg  # numbers, not the formula
 
 
-# --- issue 48: the spec's letter (Python integers, 0 when nothing fits) and a partial warp rounded down ---------
+# --- the spec's letter (Python integers, 0 when nothing fits) and a partial warp rounded down ---------
 
 @pytest.mark.parametrize("old, new", [
     pytest.param("(threads + 31) // 32", "max(1, round(threads / 32))", id="warps rounded"),   # 40 threads, 255 regs: 8 for 4

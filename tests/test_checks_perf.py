@@ -81,7 +81,7 @@ def test_unimplemented_raises_not_implemented():
         checks.check_sgd_gridstride(stub)
 
 
-# --- issue 48: the course's magnitudes (parameters at 0, gradients of 1e-7 to 1e-2, exact zeros) ------------------
+# --- the course's magnitudes (parameters at 0, gradients of 1e-7 to 1e-2, exact zeros) ------------------
 
 @pytest.mark.parametrize("old, new", [
     pytest.param("p[i] -= lr * g[i]", "if abs(g[i]) > 1e-4: p[i] -= lr * g[i]", id="small gradients skipped"),

@@ -63,6 +63,6 @@ def test_recipe_time_check_rejects(old, new):
 
 
 def test_check_rejects_the_race_target_hard_coded():
-    """Issue 48: the target is an argument; 0.975 (the race's) written in passes a check that only ever asks for it."""
+    """The target is an argument; 0.975 (the race's) written in passes a check that only ever asks for it."""
     with pytest.raises(CheckFailure, match="Exercise 14.1"):
         checks.check_time_to_target(mutant(time_to_target, "accuracy >= target", "accuracy >= 0.975"))

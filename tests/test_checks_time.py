@@ -62,7 +62,7 @@ def test_epoch_cost_check_rejects(old, new):
         checks.check_epoch_cost(mutant(epoch_cost, old, new))
 
 
-# --- issue 48: the spec's letter (Python integers) and an epoch of no whole batch -----------------------------
+# --- the spec's letter (Python integers) and an epoch of no whole batch -----------------------------
 
 @pytest.mark.parametrize("old, new", [
     pytest.param("steps = n_train // batch_size", "steps = np.int64(n_train) // batch_size", id="NumPy integers"),

@@ -103,7 +103,7 @@ class _no_record:
         return False
 
 
-# --- issue 48: batches above the notebook's, data the course evaluates again, the types the spec names -----------
+# --- batches above the notebook's, data the course evaluates again, the types the spec names -----------
 
 def test_train_step_with_the_notebooks_batch_hard_coded_is_rejected():
     wrong = mutant(T.train_step, "mlp_forward(Xb,", "mlp_forward(Xb[:64],")   # the notebook's batch_size

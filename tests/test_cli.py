@@ -98,7 +98,7 @@ def test_bad_arguments_get_one_line_and_exit_2(capsys, tmp_path, args, says):
 
 @pytest.mark.skipif(not course.SIMULATOR, reason="this machine has a GPU")
 def test_race_and_the_scaling_sweep_without_a_gpu_refuse_in_one_line(capsys, tmp_path):
-    """Issue 47 item 13: the race ran the fused kernel at full size off the GPU, then a traceback; the sweep's --out
+    """A regression: the race ran the fused kernel at full size off the GPU, then a traceback; the sweep's --out
     was checked after the run."""
     rc, out, err = cli(capsys, "race")
     lines = err.splitlines()
@@ -181,7 +181,7 @@ def test_importing_numba_first_does_not_split_the_mode():
 def test_ctrl_c_during_training_is_one_line_and_130(tmp_path):
     # stderr into a file, as a terminal takes it. A SIGINT that came while numba compiled a kernel for the CPU
     # executor was lost (ctypes drops an exception raised in llvmlite's callback): 3 of 8 runs trained on before
-    # course.cpu._ctrl_c_after (tests/test_cpu.py shows the mechanism), 0 of 26 since.
+    # course.runtime.cpu._ctrl_c_after (tests/test_cpu.py shows the mechanism), 0 of 26 since.
     with open(tmp_path / "stderr", "w+") as errf:
         p = subprocess.Popen([sys.executable, "-m", "course", "train", "--quick", "--epochs", "10000"], text=True,
                              stdout=subprocess.PIPE, stderr=errf, env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -249,7 +249,7 @@ def test_a_failed_execution_leaves_the_notebook_untouched(capsys, tmp_path, sour
 
 
 def test_a_good_execution_saves_the_outputs(capsys, tmp_path):
-    """Through a link, into the file it names, whose mode stays (issue 47 item 15: the link was replaced by a file,
+    """Through a link, into the file it names, whose mode stays (a regression: the link was replaced by a file,
     and a 0600 notebook became 0644)."""
     real, path = tmp_path / "work" / "nb.ipynb", tmp_path / "nb.ipynb"
     real.parent.mkdir()
@@ -266,7 +266,7 @@ def test_a_good_execution_saves_the_outputs(capsys, tmp_path):
 @pytest.mark.parametrize("cmd", ["train", "bench"])
 @pytest.mark.parametrize("where", ["/dev/null", "a fifo", "a link to /dev/null"])
 def test_an_out_that_is_not_a_regular_file_is_refused_before_any_work(capsys, tmp_path, cmd, where):
-    """Issue 32 item 2: as root (a container), --out /dev/null would have replaced the device with a JSON file."""
+    """As root (a container), --out /dev/null would have replaced the device with a JSON file."""
     out = {"/dev/null": "/dev/null", "a fifo": str(tmp_path / "fifo"), "a link to /dev/null": str(tmp_path / "l")}
     os.mkfifo(tmp_path / "fifo")
     os.symlink("/dev/null", tmp_path / "l")
@@ -288,7 +288,7 @@ def test_results_are_written_through_a_link(tmp_path, capsys):
 
 
 def test_an_execution_that_cannot_be_saved_keeps_its_outputs(capsys, tmp_path, monkeypatch):
-    """Issue 32 item 12: a read-only folder or a full disk after the run: one line, the run kept in the temp dir."""
+    """A read-only folder or a full disk after the run: one line, the run kept in the temp dir."""
     path = tmp_path / "nb.ipynb"
     before = notebook(path, "print(6 * 7)")
     replace = os.replace
@@ -308,7 +308,7 @@ def test_an_execution_that_cannot_be_saved_keeps_its_outputs(capsys, tmp_path, m
 
 
 def test_ctrl_c_during_execute_stops_every_notebook_in_one_line_and_130(tmp_path):
-    """Issue 47 item 15: Ctrl-C (to the terminal's process group) while A ran reported A's kernel as dead, ran B,
+    """A regression: Ctrl-C (to the terminal's process group) while A ran reported A's kernel as dead, ran B,
     and ended in nbclient's traceback with rc 1."""
     a, b = tmp_path / "a.ipynb", tmp_path / "b.ipynb"
     before = notebook(a, "import pathlib, time\npathlib.Path('started').touch()\ntime.sleep(60)"), notebook(b, "1")
@@ -328,7 +328,7 @@ def test_ctrl_c_during_execute_stops_every_notebook_in_one_line_and_130(tmp_path
 
 
 def test_a_timed_out_cell_is_one_line_without_the_kernel_s_traceback(capfd, tmp_path):
-    """Issue 32 item 12: the kernel killed at the timeout printed ~20 lines of ZMQ traceback on its own stderr."""
+    """A regression: the kernel killed at the timeout printed ~20 lines of ZMQ traceback on its own stderr."""
     path = tmp_path / "nb.ipynb"
     notebook(path, "x = 1", "import time\ntime.sleep(60)")
     assert main(["execute", "--timeout", "2", str(path)]) == 1
@@ -338,7 +338,7 @@ def test_a_timed_out_cell_is_one_line_without_the_kernel_s_traceback(capfd, tmp_
 
 @pytest.mark.skipif(not course.SIMULATOR, reason="--quick checks the kernels against the NumPy twin in the simulator")
 def test_train_mine_quick_whose_kernels_differ_from_the_twin_is_one_line(capsys, tmp_path, monkeypatch):
-    """Issue 32 item 14 (an AssertionError traceback), and the simulator's banner printed once, not twice."""
+    """No AssertionError traceback, and the simulator's banner printed once, not twice."""
     import course.train
     from course.tools import cli as cli_module
 

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from course import versions
+from course.runtime import versions
 from course.tools import colab, nbtools
 
 URL = "https://github.com/gpu-from-scratch/course"
@@ -97,7 +97,7 @@ def test_on_colab_the_block_clones_installs_and_moves_into_the_clone(monkeypatch
 
 
 def test_a_clone_of_the_course_is_kept_and_anything_else_moved_aside_and_cloned_again(monkeypatch, capsys):
-    """Issue 47 item 17: a /content/course that was not a clone of the course was never re-cloned, so every re-run
+    """A regression: a /content/course that was not a clone of the course was never re-cloned, so every re-run
     failed in pip install -e."""
     ask = ["git", "-C", colab.HOME, "remote", "get-url", "origin"]
     for origin in (URL, URL + ".git"):
@@ -128,7 +128,7 @@ def test_a_clone_of_the_course_is_kept_and_anything_else_moved_aside_and_cloned_
     (f"{sys.executable} -m", (1, "", ""), "Colab setup: pip install failed: exit code 1"),
 ], ids=["no network", "no repository", "pip", "pip without a word"])
 def test_a_failed_clone_or_install_stops_in_one_line(monkeypatch, step, answer, says):
-    """Issue 47 item 17: a failed clone was a CalledProcessError traceback."""
+    """A regression: a failed clone was a CalledProcessError traceback."""
     with pytest.raises(SystemExit) as e:
         run_block(monkeypatch, True, answers={step: answer})
     assert str(e.value) == says

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import course
-from course import device
+from course.runtime import device
 from course.tools import compile
 from course.tools.signatures import all_signatures
 

@@ -1,4 +1,4 @@
-"""course.cpu, the CPU executor: every kernel that training uses gives the NumPy references' results (and the
+"""course.runtime.cpu, the CPU executor: every kernel that training uses gives the NumPy references' results (and the
 simulator's) at odd sizes and several launch shapes; barriers inside loops; what it refuses, and the note it gives."""
 import os
 import sys
@@ -8,7 +8,7 @@ import pytest
 from numba import cuda, float32
 
 import course
-from course import cpu, mine
+from course.runtime import cpu, mine
 from course.data import load_mnist
 from course.forward import TILE, linear_ref, matmul, matmul_v2_kernel
 from course.gather import gather, gather_labels, gather_ref
@@ -18,6 +18,7 @@ from course.scale import scale, scale_ref
 from course.tools import nbtools
 from course.train import fit, fit_ref, pool
 from course.update import adam, adam_ref, momentum, momentum_ref, sgd, sgd_ref
+from simulated_student import simulate_student
 
 pytestmark = pytest.mark.skipif(not course.SIMULATOR, reason="the executor runs where there is no GPU")
 
@@ -375,7 +376,7 @@ def test_the_checks_run_in_the_simulator(executor):
 
 
 def test_timings_on_the_executor_say_so(executor, capsys):
-    from course import timing
+    from course.runtime import timing
     assert timing.label("one step") == f"one step ({timing.CPU_NOTE})"
     timing.sim_note()
     assert timing.CPU_NOTE in capsys.readouterr().out
@@ -405,10 +406,10 @@ STUDENT = [nbtools.NOTEBOOKS / n for n in ("01_data.ipynb", "02_forward.ipynb", 
 
 @pytest.mark.slow
 def test_the_student_kernels_match_the_references(tmp_path, monkeypatch):
-    """The solutions of mine.simulate_student (typed into notebook cells, checked in the simulator) in place of the
+    """The solutions of simulate_student (typed into notebook cells, checked in the simulator) in place of the
     course's, on the executor: the launchers still give the references' results, and fit the twin's losses."""
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
-    mine.simulate_student(STUDENT)
+    simulate_student(STUDENT)
     try:
         st = mine.use_mine(quiet=True)
         theirs = {k for k, (fn, _) in st.items() if fn is not None}
@@ -424,7 +425,7 @@ def test_the_student_kernels_match_the_references(tmp_path, monkeypatch):
 
 
 def test_the_lines_about_a_run_say_whose_kernels_where_and_at_which_sizes(monkeypatch):
-    """course.mine.trained: every device's history, the student's pieces in place or not."""
+    """course.runtime.mine.trained: every device's history, the student's pieces in place or not."""
     epoch = [dict(epoch=1, seconds=1.0, test_loss=0.3, test_acc=0.9272)]
     setup = dict(n_train=59968, n_in=784, hidden=128, batch_size=64)
     run = dict(epoch=epoch, setup=setup, steps=937, device="cpu")
@@ -456,7 +457,7 @@ def test_register_blocked_matmuls_local_arrays_across_barriers(executor, M, K, N
 
 def test_the_kernels_of_the_course_that_need_a_gpu_say_so_quietly(executor, capsys):
     """A course kernel the executor cannot run (10's fused kernels: grid-wide barriers, shuffles) falls back without a
-    note on stderr (notebooks compare their outputs); course.cpu.fallbacks() lists it with the construct."""
+    note on stderr (notebooks compare their outputs); course.runtime.cpu.fallbacks() lists it with the construct."""
     from course.fused import zero_kernel  # noqa: F401  (a module of the course's)
     import course.fused as fused
     assert cpu._fallback(fused.forward_kernel.py_func, "a test construct") is False
@@ -507,7 +508,7 @@ def shuffle_kernel(x, out):
 
 def test_a_warp_shuffle_says_in_one_line_that_it_needs_a_gpu():
     """Issue 47 item 12: the executor used to promise a simulator run that ended in an AttributeError."""
-    from course.device import NotSimulable
+    from course.runtime.device import NotSimulable
     x, out = d(np.ones(32, np.float32)), d(np.zeros(32, np.float32))
     for where in (cpu.running, cpu.simulating):
         with where(), pytest.raises(NotSimulable) as e:

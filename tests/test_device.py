@@ -11,7 +11,7 @@ import pytest
 from numba import cuda, float32
 
 import course
-from course import device
+from course.runtime import device
 
 
 def run(*args, **env):
@@ -62,7 +62,7 @@ def test_performance_warning_imports_on_every_build():  # numba.cuda.core.errors
     assert issubclass(cls, Warning) and cls.__name__ == "NumbaPerformanceWarning"
 
 
-# --- numba internals (course/device.py): version-checked, patched once ---------------------------------------
+# --- numba internals (course/runtime/device.py): version-checked, patched once ---------------------------------------
 
 sim_only = pytest.mark.skipif(not course.SIMULATOR, reason="patches numba's CUDA simulator")
 
@@ -388,7 +388,7 @@ def ones(out):
 
 
 def _workers():
-    """The simulator's worker threads alive now (course.device's pool)."""
+    """The simulator's worker threads alive now (course.runtime.device's pool)."""
     _, simkernel = device.internals()
     worker = getattr(simkernel, "_CourseWorker", None)   # none on a GPU machine before a check simulates a kernel
     return set() if worker is None else {t for t in threading.enumerate() if isinstance(t, worker)}
@@ -420,7 +420,7 @@ def _a_correct_launch_is_fast():
     out = cuda.to_device(np.zeros(64, np.float32))
     t0 = time.perf_counter()
     ones[2, 32](out)
-    assert time.perf_counter() - t0 < 5.0 and out.copy_to_host().sum() == 64  # issue 32: 51 s after a hang
+    assert time.perf_counter() - t0 < 5.0 and out.copy_to_host().sum() == 64  # it took 51 s after a hang
     cpu0 = time.process_time()
     time.sleep(0.5)
     assert time.process_time() - cpu0 < 0.2  # no thread spins on when the process is idle

@@ -1,5 +1,5 @@
 """`python -m course doctor` and the version checks of `import course`, with faked versions, drivers and GPUs
-(monkeypatch on the probes of course/tools/doctor.py): no GPU needed."""
+(monkeypatch on the probes of course/runtime/doctor.py): no GPU needed."""
 import io
 import os
 import subprocess
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from course import device, versions
-from course.tools import doctor
+from course.runtime import device, versions
+from course.runtime import doctor
 
 GOOD = {"python": "3.12.4", "numba": "0.68.1", "numba-cuda": "0.30.4", "numpy": "2.4.6", "llvmlite": "0.50.0"}
 T4 = dict(name="Tesla T4", cc=(7, 5), sms=40, shared_per_sm=64 * 1024, shared_per_block=64 * 1024)
@@ -77,7 +77,7 @@ def test_a_wrong_version_is_one_problem_line_with_its_fix(monkeypatch, found, sa
 
 
 def test_a_driver_too_old_for_the_ptx_says_how_to_fix_it(monkeypatch):
-    fake(monkeypatch, nvjitlink=None, kernel_error=PTX_ERROR)  # GPU-Puzzles issue 48: a T4 on an older driver
+    fake(monkeypatch, nvjitlink=None, kernel_error=PTX_ERROR)  # a T4 on an older driver (as GPU-Puzzles' users met it)
     code, lines = run_doctor()
     (line,) = problems(lines)
     assert code == 1 and "CUDA_ERROR_UNSUPPORTED_PTX_VERSION" in line
@@ -111,7 +111,7 @@ def test_the_simulator_without_a_gpu_is_fine_but_a_gpu_without_a_driver_is_not(m
 
 
 def test_without_a_gpu_the_device_line_names_what_runs_the_kernels(monkeypatch):
-    """Issue 47 item 1: the CPU executor was called the simulator, whose data the notebooks shrink."""
+    """A regression: the CPU executor was called the simulator, whose data the notebooks shrink."""
     fake(monkeypatch, mode=(True, "no CUDA driver or device was found", None), cpu=True)
     code, lines = run_doctor()
     (line,) = [l for l in lines if "device:" in l]
@@ -123,7 +123,7 @@ def test_without_a_gpu_the_device_line_names_what_runs_the_kernels(monkeypatch):
 
 
 def test_a_shadowing_module_or_a_failed_import_is_the_problem_reported(monkeypatch):
-    """Issue 47 item 16: versions came from installed metadata: a shadowing numba was "ok numba 0.68.1", and a
+    """A regression: versions came from installed metadata: a shadowing numba was "ok numba 0.68.1", and a
     numba_cuda failing at import a version mismatch whose fix was pip install."""
     site = "/venv/lib/python3.12/site-packages"
     fake(monkeypatch, origins={"numba": ("0.1.0", "/home/me/numba", None, f"{site}/numba")},
@@ -133,7 +133,7 @@ def test_a_shadowing_module_or_a_failed_import_is_the_problem_reported(monkeypat
     assert code == 1 and "Python imports numba from /home/me/numba (version 0.1.0), not the installed numba in " \
         f"{site}/numba: rename or remove /home/me/numba" in line, lines
     assert not any(l.startswith("ok") and "numba 0.68.1" in l for l in lines)
-    written_for = "course/device.py patches numba's CUDA simulator and was written for numba-cuda 0.30.4"
+    written_for = "course/runtime/device.py patches numba's CUDA simulator and was written for numba-cuda 0.30.4"
     fake(monkeypatch, origins={"numba-cuda": (None, None, "ImportError: cannot import name 'x' from 'cuda'",
                                               f"{site}/numba_cuda")}, mode=(True, None, written_for))
     code, lines = run_doctor()
@@ -228,7 +228,7 @@ def test_python_m_course_doctor_here():
 
 @pytest.mark.skipif(not __import__("course").SIMULATOR, reason="the banner is printed without a GPU only")
 def test_the_banner_goes_to_stdout_in_a_notebook_and_to_stderr_elsewhere(monkeypatch, capsys):
-    """Issue 47 item 1: JupyterLab painted the banner red (stderr); a script's stdout stays its own."""
+    """A regression: JupyterLab painted the banner red (stderr); a script's stdout stays its own."""
     import IPython
     from IPython.core.interactiveshell import InteractiveShell
 

@@ -1,4 +1,4 @@
-"""`python -m course exercises` and `export` in a student's folder (issue 32, items 1 and 13, and the smaller ones):
+"""`python -m course exercises` and `export` in a student's folder:
 a student's edits are never overwritten, a notebook it did not write is never deleted, errors are one line."""
 import json
 import shutil

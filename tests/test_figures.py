@@ -1,4 +1,4 @@
-"""Every figure the prose quotes has one source, checked (issue 9 item 2, issue 15).
+"""Every figure the prose quotes has one source, checked.
 
 The notebooks' markdown, README.md and notebooks/results/fused-history.md quote numbers from GPU runs ("41 ms per
 epoch", "19× faster"). FIGURES lists each one: the notebook cell (by its `id`), README or HISTORY (fused-history.md,
@@ -348,7 +348,7 @@ PARAMS = 784 * 128 + 128 + 128 * 10 + 10
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# One figure per quantity (issue 51 item 3)
+# One figure per quantity
 # ------------------------------------------------------------------------------------------------------------------
 # Each quantity the prose quotes comes from ONE run, its canonical source, and reads the same wherever it appears.
 # Other runs of it (a notebook cell's own timing, the batch-size sweep) appear only inside their own table: as a
@@ -566,7 +566,7 @@ FIGURES = [
         Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
     Fig(README, "", r"the plain loop drops from (\d+) ms", Qty("plain epoch, ms")),
     Fig(README, "", r"ms to (\d+) ms per epoch when its launches", Qty("plain graph epoch, ms")),
-    # --- 08-12 after the splits (issue 28) ---
+    # --- 08-12 after the splits ---
     Fig("08", "c010", r"peaks at about (\d+) GB/s", Out("08", "c011", r"16384 KiB\s+host → device:\s+[\d.]+ µs \(\s*([\d.]+) GB/s")),
     Fig("09", "cm1", r"load from DRAM takes about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
     Fig("10", "p_t2", r"take about (\d+) % off the step", calc(lambda p, m: 100 * (1 - m / p), PLAIN_US_10, MERGED_US_10),
@@ -774,7 +774,7 @@ def other_run_problem(fig, text):
 
 
 def test_one_figure_per_quantity():
-    """Every FIGURES entry of one declared quantity quotes the same value (issue 51: the plain step was 626, 737.5,
+    """Every FIGURES entry of one declared quantity quotes the same value (the plain step was once 626, 737.5,
     912 and 1,334 µs)."""
     quoted = [(f.source.name, locate(f).group(1), f.source.scale, where_name(f.where, f.cell))
               for f in FIGURES if isinstance(f.source, Qty)]
@@ -795,7 +795,7 @@ def test_other_runs_stay_in_their_own_table():
     """A figure from another run of a declared quantity is a ratio of that run, or the prose calls it this run's."""
     problems = [other_run_problem(f, prose_text(f.where, f.cell)) for f in FIGURES]
     assert not [p for p in problems if p], "\n".join(p for p in problems if p)
-    quoted = Fig("10", "p_t2", r"(1334.3)", PLAIN_US_10)           # issue 51: 10 quoted its own plain step bare
+    quoted = Fig("10", "p_t2", r"(1334.3)", PLAIN_US_10)           # 10 once quoted its own plain step bare
     assert other_run_problem(quoted, "a 1334.3 µs step")
     assert other_run_problem(quoted, "this run's step, 1334.3 µs") is None
     assert other_run_problem(Fig("10", "p_t2", "", calc(lambda p, m: p / m, PLAIN_US_10, MERGED_US_10)), "") is None

@@ -3,14 +3,19 @@
 In the simulator (no graphs there) GraphLoop(graph=False) runs the very launches a graph would record, so the
 device-side batch indices (batch_index_kernel) and loss bookkeeping (record_loss_kernel) are checked here; on a
 GPU the graphs themselves are. Tiny sizes as in test_fused.py; tolerances: float32 sums in another order, 1e-5."""
+import functools
+
 import numpy as np
 import pytest
 
 import course
-from course.graphs import LOOPS, Graph, GraphLoop, fit_graph, graph_support
+from course.fused import FusedTrainer
+from course.graphs import Graph, GraphLoop, fit_graph, graph_support
 from course.train import fit, init_params
 
 SEED, HIDDEN, BATCH, STEPS, LR = 3, 8, 8, 3, 0.1
+TRAINERS = {"plain": None, "fused_step": functools.partial(FusedTrainer, mode="step"),  # notebook 12's, passed in
+            "fused_phases": functools.partial(FusedTrainer, mode="phases")}
 ON_GPU = graph_support() is None
 
 
@@ -20,10 +25,10 @@ def plain(data):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("loop", TRAINERS)
 def test_recorded_step_matches_the_plain_loop(data, plain, loop):
     """Every step's loss (recorded on the device at its batch number) and the final parameters."""
-    hist = fit_graph(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, loop=loop,
+    hist = fit_graph(*data, hidden=HIDDEN, epochs=1, batch_size=BATCH, lr=LR, seed=SEED, trainer=TRAINERS[loop],
                      graph=ON_GPU, progress=False)
     assert len(hist["loss"]) == STEPS
     np.testing.assert_allclose(hist["loss"], plain["loss"], atol=1e-5, rtol=0)
@@ -50,8 +55,8 @@ def test_arguments_and_the_simulator(data):
     from numba import cuda
     X_d, y_d = cuda.to_device(data[0]), cuda.to_device(data[1])
     p = init_params(HIDDEN, SEED, n_in=data[0].shape[1])
-    with pytest.raises(ValueError, match="loop"):
-        GraphLoop(X_d, y_d, p, BATCH, LR, BATCH * 2, loop="fast", graph=False)
+    with pytest.raises(ValueError, match="trainer must have a launch_step method"):
+        GraphLoop(X_d, y_d, p, BATCH, LR, BATCH * 2, trainer="fused", graph=False)
     with pytest.raises(ValueError, match="multiple"):
         GraphLoop(X_d, y_d, p, BATCH, LR, BATCH * 2 + 1, graph=False)
     if course.SIMULATOR:

@@ -12,7 +12,7 @@ from numba import cuda
 from course import landscape as L
 from course.grad import mlp_loss_ref
 from course.update import FlatParams
-from course.util import cdiv
+from course.runtime.util import cdiv
 
 TOL = dict(atol=1e-6, rtol=1e-5)
 SHAPES = {"W1": (11, 5), "b1": (5,), "W2": (5, 10), "b2": (10,)}   # odd sizes: padding between the tensors

@@ -12,7 +12,7 @@ from course import loss as L
 from course import update as U
 from course.gather import gather, gather_labels
 from course.scale import scale
-from course.util import require_apart
+from course.runtime.util import require_apart
 
 rng = np.random.default_rng(0)
 
@@ -191,10 +191,10 @@ def test_gather_indices_are_the_callers_job_as_documented():
         gather(X, cuda.to_device(np.array([-1], np.int64)))
 
 
-# --- grids a GPU would refuse: more than 65,535 blocks in y (issue 32) -------------------------------------------
+# --- grids a GPU would refuse: more than 65,535 blocks in y ----------------------------------------------------
 
 def test_grid2d_refuses_more_blocks_in_y_than_a_gpu_has():
-    from course.util import MAX_GRID_Y, grid2d
+    from course.runtime.util import MAX_GRID_Y, grid2d
     assert grid2d(5, MAX_GRID_Y * 8, (32, 8)) == (1, MAX_GRID_Y)
     with pytest.raises(ValueError, match="65,536 blocks of 8 rows in y, more than a GPU's 65,535"):
         grid2d(5, MAX_GRID_Y * 8 + 1, (32, 8))

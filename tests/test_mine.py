@@ -1,4 +1,4 @@
-"""course.mine: a simulated student's passing solutions train the network; edited or failed ones are not used."""
+"""course.runtime.mine: a simulated student's passing solutions train the network; edited or failed ones are not used."""
 import json
 import os
 import shutil
@@ -8,10 +8,11 @@ import pytest
 from numba import cuda
 
 import course
-from course import mine
+from course.runtime import mine, solutions
 from course.tools import colab, nbtools
 from course.checks.core import CheckFailure
 from course.checks.data import check_scale_kernel
+from simulated_student import run_cell, simulate_student
 
 STUDENT_NOTEBOOKS = [nbtools.NOTEBOOKS / n for n in ("01_data.ipynb", "02_forward.ipynb", "03_loss.ipynb",
                                                       "04_grad.ipynb", "05_update.ipynb", "06_train.ipynb")]
@@ -45,7 +46,7 @@ def student(tmp_path_factory):
     old = os.environ.get("COURSE_MINE_DIR")
     os.environ["COURSE_MINE_DIR"] = str(d)
     try:
-        mine.simulate_student(STUDENT_NOTEBOOKS)
+        simulate_student(STUDENT_NOTEBOOKS)
     finally:
         os.environ.pop("COURSE_MINE_DIR") if old is None else os.environ.__setitem__("COURSE_MINE_DIR", old)
     return d
@@ -101,14 +102,14 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     assert mine_run["epoch"][-1]["test_acc"] == sgd_run["epoch"][-1]["test_acc"]
     # 06's student copy ends with the report of what ran and the accuracy (its payoff cell, run as a cell)
     cell = nbtools.source(nbtools.read(nbtools.EXERCISES / "06_train.ipynb")["cells"][-1])
-    mine.run_cell(dict(course=course, sgd_run=sgd_run, best_run=mine_run), cell, "<06 payoff>")
+    run_cell(dict(course=course, sgd_run=sgd_run, best_run=mine_run), cell, "<06 payoff>")
     out = capsys.readouterr().out
     assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
-    assert f"test accuracy {sgd_run['epoch'][-1]['test_acc']:.4f}" in out                # course.mine.trained's line
+    assert f"test accuracy {sgd_run['epoch'][-1]['test_acc']:.4f}" in out                # course.runtime.mine.trained's line
     assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out, out
     for name in ("07_landscape.ipynb", "13_epoch.ipynb"):  # 07's and 13's last cells, the same way
         cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
-        mine.run_cell(dict(course=course, run=mine_run, plain_run=mine_run, fused_run=mine_run, plain_s=0.5), cell,
+        run_cell(dict(course=course, run=mine_run, plain_run=mine_run, fused_run=mine_run, plain_s=0.5), cell,
                       f"<{name} payoff>")
     out = capsys.readouterr().out
     assert out.count("11 of 11 pieces run your code") == 2, out  # 07 and 13: training and the surfaces, the plain loop
@@ -127,7 +128,7 @@ def test_a_solution_edited_after_passing_or_failing_its_check_is_not_used(tmp_pa
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     shell = InteractiveShell.instance()
     try:
-        mine.watch(shell)
+        solutions.watch(shell)
         shell.user_ns["check_scale_kernel"] = check_scale_kernel
 
         def run(src):
@@ -159,7 +160,7 @@ def test_report_names_a_solution_that_passed_after_use_mine(tmp_path, monkeypatc
     try:
         mine.use_mine(quiet=True)                       # the first cell: nothing has passed yet
         ns = {"__name__": "__main__"}
-        assert mine.run_cell(ns, SCALE_CELL, "<cell>") is None
+        assert run_cell(ns, SCALE_CELL, "<cell>") is None
         check_scale_kernel(ns["scale_kernel"])          # passes, and is saved
         capsys.readouterr()
         mine.report(["1.2"])
@@ -175,13 +176,13 @@ def test_report_names_a_solution_that_passed_after_use_mine(tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_never_checked_and_dependencies_say_why(mine_dir, capsys):
-    mine.mark_edited("2.2")  # tile_dot's cell changed: the linear kernel that calls it is not used either
+    solutions.mark_edited("2.2")  # tile_dot's cell changed: the linear kernel that calls it is not used either
     os.remove(mine_dir / "ex_4_2.json")  # never checked
     st = whose(mine.status())
     assert st["2.2"] == "edited after passing"
     assert st["2.3"] == "uses tile_dot of exercise 2.2: edited after passing"
     assert st["4.2"] == "never checked" and st["4.1"] == "yours"
-    mine.mark_failed("Exercise 3.2")
+    solutions.mark_failed("Exercise 3.2")
     assert whose(mine.status())["3.3"] == "uses sum_kernel of exercise 3.2: check failed"
     text = (mine_dir / "ex_5_1.py").read_text()
     (mine_dir / "ex_5_1.py").write_text(text.replace("lr * g[i]", "lr * g[i] * 2"))  # the saved file tampered
@@ -219,7 +220,7 @@ def test_no_student_work_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     assert f"0 of {len(mine.PIECES)} pieces run your code" in capsys.readouterr().out
     monkeypatch.setenv("COURSE_MINE_DIR", "off")  # nothing saved, nothing used
     check_scale_kernel(course.scale.scale_kernel)
-    assert mine.run_cell(ns := {"__name__": "__main__"}, SCALE_CELL, "<cell>") is None
+    assert run_cell(ns := {"__name__": "__main__"}, SCALE_CELL, "<cell>") is None
     check_scale_kernel(ns["scale_kernel"])
     assert not os.path.exists("off") and not (tmp_path / "nothing").exists()
     course.use_mine()
@@ -255,15 +256,15 @@ def test_the_course_s_own_solutions_and_unsaveable_ones_are_not_recorded(tmp_pat
     check_scale_kernel(scale_in_a_file)  # a kernel from a .py file
     ns = {"__name__": "__main__"}
     src = SCALE_CELL.replace("    i = cuda.grid(1)", "    ### BEGIN SOLUTION\n    i = cuda.grid(1)")
-    mine.run_cell(ns, src, "<a solution notebook's cell>")
+    run_cell(ns, src, "<a solution notebook's cell>")
     check_scale_kernel(ns["scale_kernel"])  # a teacher's solution notebook
     ns = {"__name__": "__main__", "DIVISOR": np.array([255.0], np.float32)}
-    mine.run_cell(ns, SCALE_CELL.replace("np.float32(255.0)", "DIVISOR[0]"), "<a cell>")
+    run_cell(ns, SCALE_CELL.replace("np.float32(255.0)", "DIVISOR[0]"), "<a cell>")
     check_scale_kernel(ns["scale_kernel"])
     assert "not saved for course.use_mine(): it uses `DIVISOR` (ndarray) from the notebook" in capsys.readouterr().out
     assert not (tmp_path / "mine").exists()
     ns = {"__name__": "__main__", "SCALE": np.float32(1 / 255)}  # a numpy number is written down as one
-    mine.run_cell(ns, SCALE_CELL.replace("x[i] / np.float32(255.0)", "x[i] * SCALE"), "<another cell>")
+    run_cell(ns, SCALE_CELL.replace("x[i] / np.float32(255.0)", "x[i] * SCALE"), "<another cell>")
     check_scale_kernel(ns["scale_kernel"])
     assert f"SCALE = numpy.float32({float(np.float32(1 / 255))!r})" in (tmp_path / "mine" / "ex_1_2.py").read_text()
     assert whose(mine.status(["1.2"])) == {"1.2": "yours"}
@@ -281,7 +282,7 @@ def test_in_a_notebook_a_check_of_the_course_s_own_function_is_no_pass(tmp_path,
     assert "✓" not in capsys.readouterr().out
     assert not (tmp_path / "mine").exists()
     ns = {"__name__": "__main__"}
-    mine.run_cell(ns, SCALE_CELL, "<a cell>")
+    run_cell(ns, SCALE_CELL, "<a cell>")
     check_scale_kernel(ns["scale_kernel"])  # the student's own, typed in a cell: a pass
     assert "✓ Exercise 1.2 passed" in capsys.readouterr().out
 
@@ -292,7 +293,7 @@ def test_student_copies_call_use_mine_and_06_07_13_end_with_the_payoff():
         first = next(nbtools.source(c) for c in cells if c["cell_type"] == "code")
         assert ("course.use_mine()" in first) == (path.name >= "03"), path.name
         assert first.startswith(colab.cell_block() + "\nimport course"), path.name  # the Colab block, then course
-        assert ("course.mine.report(" in nbtools.source(cells[-1])) == (path.name in nbtools.MINE_PAYOFF), path.name
+        assert ("course.runtime.mine.report(" in nbtools.source(cells[-1])) == (path.name in nbtools.MINE_PAYOFF), path.name
         again = nbtools.add_mine_cells(nbtools.read(path), path.name)  # applied twice, it changes nothing
         assert nbtools.dumps(again) == path.read_text(encoding="utf-8")
     for path in nbtools.solution_notebooks():  # the solution notebooks are left as they are
@@ -306,7 +307,7 @@ def test_in_a_jupyter_kernel_a_pass_is_saved_and_an_edit_noticed(tmp_path, monke
     from nbclient import NotebookClient
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     cells = ["import course\nfrom course.checks.data import check_scale_kernel", SCALE_CELL,
-             "check_scale_kernel(scale_kernel)", "print(course.mine.status(['1.2'])['1.2'][1])",
+             "check_scale_kernel(scale_kernel)", "from course.runtime import mine\nprint(mine.status(['1.2'])['1.2'][1])",
              SCALE_CELL.replace("np.float32(255.0)", "np.float32(255)"), "course.use_mine(['1.2'])"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -319,8 +320,10 @@ def test_in_a_jupyter_kernel_a_pass_is_saved_and_an_edit_noticed(tmp_path, monke
 
 COMPILE_SAVED = r'''
 import importlib.util, sys
+sys.path.insert(0, sys.argv[2])  # tests/: simulated_student
+from simulated_student import run_cell
 import course
-from course import mine
+from course.runtime import mine, solutions
 from course.tools import nbtools
 from course.tools.compile import CC
 from course.tools.signatures import all_signatures
@@ -341,11 +344,11 @@ for path in nbtools.solution_notebooks()[:5]:
     for i, cell in enumerate(cells):
         src = nbtools.source(cell)
         if any(d == "export" for d, _ in nbtools.directives(src)):
-            mine.run_cell(ns, nbtools._strip(src), f"<{path.stem} cell {i}>")
+            run_cell(ns, nbtools._strip(src), f"<{path.stem} cell {i}>")
     for key, (_, target) in mine.PIECES.items():
         if int(key.split(".")[0]) == int(path.name[:2]) and target in sigs:
             name = target.split(":")[1]
-            text, _ = mine.capture(ns[name])
+            text, _ = solutions.capture(ns[name])
             file = f"{sys.argv[1]}/ex_{key.replace('.', '_')}.py"
             open(file, "w").write(text)
             spec = importlib.util.spec_from_file_location(f"saved_{n}", file)
@@ -363,7 +366,7 @@ def test_saved_kernels_compile_for_a_real_gpu(tmp_path):
     """What use_mine() loads on a GPU (a real dispatcher's globals, not the simulator's) compiles to sm_90 PTX."""
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, "-c", COMPILE_SAVED, str(tmp_path)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", COMPILE_SAVED, str(tmp_path), os.path.dirname(__file__)], capture_output=True, text=True,
                        timeout=900, env={**os.environ, "COURSE_DEVICE": "gpu", "NUMBA_ENABLE_CUDASIM": "0"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert int(r.stdout.split("compiled")[1]) >= 20, r.stdout
@@ -377,10 +380,10 @@ def test_only_a_solution_with_the_course_s_signature_replaces_it(tmp_path, monke
     cell = nbtools._strip(next(nbtools.source(c) for c in cells
                                if c["cell_type"] == "code" and "# Exercise 7.2" in nbtools.source(c)))
     ns = {"__name__": "__main__", "np": np}  # the notebook imported numpy in an earlier cell
-    mine.run_cell(ns, cell.replace("theta_n, d1, d2):", "theta_n, d1, d2, unused=None):"), "<07 cell>")
+    run_cell(ns, cell.replace("theta_n, d1, d2):", "theta_n, d1, d2, unused=None):"), "<07 cell>")
     check_project_to_plane(ns["project_to_plane"])  # it passes, with one parameter more than the course's
     assert whose(mine.status(["7.2"])) == {"7.2": "its signature differs from the course's"}
-    mine.run_cell(ns, cell, "<07 cell, fixed>")
+    run_cell(ns, cell, "<07 cell, fixed>")
     check_project_to_plane(ns["project_to_plane"])
     assert whose(mine.status(["7.2"])) == {"7.2": "yours"}
 
@@ -407,7 +410,7 @@ def test_passing_fused_pieces_run_in_the_fused_epoch_kernel(tmp_path, monkeypatc
         cells = nbtools.read(nbtools.NOTEBOOKS / f"{nb}.ipynb")["cells"]   # what the notebooks imported before
         cell = nbtools._strip(next(nbtools.source(c) for c in cells
                                    if c["cell_type"] == "code" and label in nbtools.source(c)))
-        mine.run_cell(ns, cell, f"<{nb} cell {name}>")
+        run_cell(ns, cell, f"<{nb} cell {name}>")
         check(ns[name])
     try:
         assert whose(mine.use_mine(["11.1", "12.1", "12.2"], quiet=True)) == {"11.1": "yours", "12.1": "yours",
@@ -437,7 +440,7 @@ def test_passing_clock_functions_feed_the_clock_report(tmp_path, monkeypatch):
                                ("# Exercise 13.2", check_barrier_us, "barrier_us")):
         cell = nbtools._strip(next(nbtools.source(c) for c in cells
                                    if c["cell_type"] == "code" and label in nbtools.source(c)))
-        mine.run_cell(ns, cell, f"<12 cell {name}>")
+        run_cell(ns, cell, f"<12 cell {name}>")
         check(ns[name])
     T = clock_table(np.random.default_rng(1), 30, 132)
     ref = epoch.clock_report(T, 128, 64)
@@ -468,7 +471,7 @@ def test_a_record_saved_under_an_exercise_s_old_number_is_not_installed(tmp_path
     cell = nbtools._strip(next(nbtools.source(c) for c in cells
                                if c["cell_type"] == "code" and "# Exercise 13.1" in nbtools.source(c)))
     ns = {"__name__": "__main__", "np": np}
-    mine.run_cell(ns, cell, "<13 cell>")
+    run_cell(ns, cell, "<13 cell>")
     check_part_us(ns["part_us"])
     assert whose(mine.status(["13.1"])) == {"13.1": "yours"}
     d = tmp_path / "mine"

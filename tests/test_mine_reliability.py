@@ -1,4 +1,4 @@
-"""course.mine under hostile but realistic use (issue 32, items 4, 6, 7, 9, 10): a pass always stands, what cannot be
+"""course.runtime.mine under hostile but realistic use: a pass always stands, what cannot be
 saved faithfully is not saved (one line says why), a malformed or tampered record is the course's with the reason,
 and a notebook's folder holds its own solutions, never a classmate's."""
 import ast
@@ -11,10 +11,11 @@ import types
 
 import pytest
 
-from course import mine
+from course.runtime import mine, solutions
 from course.checks import core
 from course.checks.data import check_scale_kernel
 from course.tools import nbtools
+from simulated_student import run_cell
 
 SCALE_CELL = '''import numpy as np
 from numba import cuda
@@ -33,7 +34,7 @@ def scale_kernel(x, out):
 def passed_scale(cell=SCALE_CELL, name="<01 cell 3>"):
     """A student's 1.2 typed into a notebook cell and checked: its namespace."""
     ns = {"__name__": "__main__"}
-    mine.run_cell(ns, cell, name)
+    run_cell(ns, cell, name)
     check_scale_kernel(ns["scale_kernel"])
     return ns
 
@@ -53,18 +54,19 @@ def saved(tmp_path, monkeypatch):
     mine.use_course()
 
 
-def test_the_checks_announce_a_pass_and_mine_listens_without_importing_back():
-    assert mine.record in core._PASS_LISTENERS
-    tree = ast.parse(open(core.__file__, encoding="utf-8").read())
-    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    assert not [m for m in imported if "mine" in m], imported  # not even inside a function
+def test_the_checks_save_a_pass_through_solutions_which_import_no_check():
+    for module in (solutions, mine):
+        tree = ast.parse(open(module.__file__, encoding="utf-8").read())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not [m for m in imported if m.startswith(("course.checks", "course.tools"))], imported  # nor lazily
+    assert core.solutions is solutions and solutions.EXERCISES == nbtools.EXERCISES
 
 
-def test_a_listener_that_raises_leaves_the_pass_standing(monkeypatch, capsys):
+def test_a_failed_save_leaves_the_pass_standing(monkeypatch, capsys):
     def broken(exercise, fn, check=None):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(core, "_PASS_LISTENERS", [broken])
+    monkeypatch.setattr(solutions, "record", broken)
     core.passed("Exercise 1.2", None, "3 cases", check="check_scale_kernel")
     out = capsys.readouterr().out.splitlines()
     assert out == ["✓ Exercise 1.2 passed: 3 cases", "  (not saved: OSError: [Errno 28] No space left on device)"]
@@ -82,7 +84,7 @@ def test_a_mine_folder_that_cannot_be_written_is_one_line_and_the_pass_stands(wh
     else:
         def full(src, dst):
             raise OSError(errno.ENOSPC, "No space left on device")
-        monkeypatch.setattr(mine.os, "replace", full)
+        monkeypatch.setattr(solutions.os, "replace", full)
     monkeypatch.setenv("COURSE_MINE_DIR", str(d))
     passed_scale()  # no exception: the check passed
     out = capsys.readouterr().out
@@ -108,8 +110,8 @@ def test_what_cannot_be_saved_faithfully_is_refused_in_one_line(case, tmp_path, 
     cell, name, reason = UNSAVEABLE[case]
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     ns = {"__name__": "__main__"}
-    mine.run_cell(ns, cell, f"<{case} cell>")
-    assert mine.record("1.1" if case == "lambda" else "1.2", ns[name]) is None
+    run_cell(ns, cell, f"<{case} cell>")
+    assert solutions.record("1.1" if case == "lambda" else "1.2", ns[name]) is None
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith(f"  (not saved for course.use_mine(): {reason}")
     assert not (tmp_path / "mine").exists()
@@ -118,8 +120,8 @@ def test_what_cannot_be_saved_faithfully_is_refused_in_one_line(case, tmp_path, 
 def test_a_partial_is_not_saved_and_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     ns = {"__name__": "__main__"}
-    mine.run_cell(ns, "def _parse(buf, n):\n    return buf\n", "<cell>")
-    assert mine.record("1.1", functools.partial(ns["_parse"], n=3)) is None
+    run_cell(ns, "def _parse(buf, n):\n    return buf\n", "<cell>")
+    assert solutions.record("1.1", functools.partial(ns["_parse"], n=3)) is None
     assert capsys.readouterr().out == ("  (not saved for course.use_mine(): it is a partial, not a function: "
                                        "write it as a `def`)\n")
 
@@ -127,12 +129,12 @@ def test_a_partial_is_not_saved_and_says_so(tmp_path, monkeypatch, capsys):
 def test_two_values_of_one_name_are_refused_not_the_last_one_kept(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     a, b = {"__name__": "__main__"}, {"__name__": "__main__"}
-    mine.run_cell(a, "K = 1\ndef helper(x):\n    return x + K\n", "<cell a>")
-    mine.run_cell(b, "K = 2\n# Exercise 1.1: parse\ndef parse_idx_header(buf):\n    return helper(buf) * K\n",
+    run_cell(a, "K = 1\ndef helper(x):\n    return x + K\n", "<cell a>")
+    run_cell(b, "K = 2\n# Exercise 1.1: parse\ndef parse_idx_header(buf):\n    return helper(buf) * K\n",
                   "<cell b>")
     b["helper"] = a["helper"]
     assert b["parse_idx_header"](5) == 12  # what passed in the notebook
-    assert mine.record("1.1", b["parse_idx_header"]) is None
+    assert solutions.record("1.1", b["parse_idx_header"]) is None
     assert "two functions it uses see different `K` (K = 2 and K = 1)" in capsys.readouterr().out
 
 
@@ -160,14 +162,14 @@ def test_only_a_record_that_says_passed_counts(status, saved):
 
 
 IMPORT_TIME = {  # appended to the saved file, hash rewritten: refused before it runs ({n}: its first line after)
-    "print": ("print('pwned')\n", "line {n} is not what course.mine saves (a Expr)"),
-    "exit": ("import sys\nsys.exit(0)\n", "line {n1} is not what course.mine saves (a Expr)"),
-    "loop": ("while True:\n    pass\n", "line {n} is not what course.mine saves (a While)"),
-    "attribute set": ("import os\nos.environ = 1\n", "line {n1} is not what course.mine saves (a Assign)"),
-    "call assigned": ("import os\nX = os.system('true')\n", "line {n1} is not what course.mine saves (a Assign)"),
+    "print": ("print('pwned')\n", "line {n} is not what course.runtime.solutions saves (a Expr)"),
+    "exit": ("import sys\nsys.exit(0)\n", "line {n1} is not what course.runtime.solutions saves (a Expr)"),
+    "loop": ("while True:\n    pass\n", "line {n} is not what course.runtime.solutions saves (a While)"),
+    "attribute set": ("import os\nos.environ = 1\n", "line {n1} is not what course.runtime.solutions saves (a Assign)"),
+    "call assigned": ("import os\nX = os.system('true')\n", "line {n1} is not what course.runtime.solutions saves (a Assign)"),
     "decorator that exits": ("import sys\n@sys.exit\ndef f():\n    pass\n",
                              "line {n2} (f): its decorator `sys.exit` is not numba's jit with constant arguments"),
-    # issue 47 item 14: a def's defaults, annotations and decorators ran at use_mine() (a hang, say)
+    # a regression: a def's defaults, annotations and decorators ran at use_mine() (a hang, say)
     "default that sleeps": ("import time\ndef f(x=time.sleep(0)):\n    pass\n",
                             "line {n1} (f): `time.sleep(0)` (a default value or an annotation) is not a name"),
     "keyword default": ("def f(*, x=print('pwned')):\n    pass\n", "line {n} (f): `print('pwned')` (a default"),
@@ -215,7 +217,7 @@ def test_a_malformed_record_is_one_line_then_the_course_s_kernel(case, saved, ca
     assert st["1.2"][0] is None and st["1.2"][1].startswith(reason), st["1.2"]
     row = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith("1.2"))
     assert "course's: cannot read ex_1_2.json" in row
-    mine._after_cell(types.SimpleNamespace(info=types.SimpleNamespace(raw_cell=SCALE_CELL), error_in_exec=None))
+    solutions._after_cell(types.SimpleNamespace(info=types.SimpleNamespace(raw_cell=SCALE_CELL), error_in_exec=None))
 
 
 def test_plain_defaults_and_numba_s_jit_still_load(saved):
@@ -237,7 +239,7 @@ def test_a_solution_whose_def_would_run_code_is_not_saved(tmp_path, monkeypatch,
 
 
 def test_a_planted_link_is_never_written_through(tmp_path, monkeypatch, capsys):
-    """Issue 47 item 14: the temporary file's name was predictable (ex_1_2.py.PID.tmp): a link planted there made a
+    """A regression: the temporary file's name was predictable (ex_1_2.py.PID.tmp): a link planted there made a
     passing check overwrite the file it named. Now the name is new each time and a link at the target is refused."""
     d = tmp_path / "mine"
     d.mkdir()
@@ -260,7 +262,7 @@ def test_a_planted_link_is_never_written_through(tmp_path, monkeypatch, capsys):
 
 
 def test_a_sibling_notebook_whose_cell_source_is_not_text_is_skipped_with_a_note(saved, capsys):
-    """Issue 47 item 14: a cell `source` that is a number made use_mine() and train --mine fail with a TypeError."""
+    """A regression: a cell `source` that is a number made use_mine() and train --mine fail with a TypeError."""
     rec = json.loads((saved / "ex_1_2.json").read_text())
     nb = saved.parent / "01_data.ipynb"
     nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": 5},
@@ -271,8 +273,8 @@ def test_a_sibling_notebook_whose_cell_source_is_not_text_is_skipped_with_a_note
     st = mine.use_mine(["1.2"])
     out = capsys.readouterr().out.splitlines()
     assert st["1.2"][1] == "yours"
-    assert "course.mine: 01_data.ipynb cell 0: its source is a int, not text: skipped when looking for edits" in out
-    assert "course.mine: 01_data.ipynb cell 1: its source is a list, not text: skipped when looking for edits" in out
+    assert "course.runtime.mine: 01_data.ipynb cell 0: its source is a int, not text: skipped when looking for edits" in out
+    assert "course.runtime.mine: 01_data.ipynb cell 1: its source is a list, not text: skipped when looking for edits" in out
 
 
 def test_cyclic_dependencies_and_a_sibling_notebook_that_is_not_one(saved):
@@ -288,7 +290,7 @@ def test_cyclic_dependencies_and_a_sibling_notebook_that_is_not_one(saved):
 def test_a_notebook_keeps_its_solutions_in_its_own_folder(tmp_path, monkeypatch, capsys):
     """Item 4: alice's notebook run by the teacher saves into alice's folder; bob's run in his uses nothing of hers."""
     monkeypatch.delenv("COURSE_MINE_DIR", raising=False)
-    monkeypatch.setattr(mine, "in_notebook", lambda: True)
+    monkeypatch.setattr(solutions, "in_notebook", lambda: True)
     for student in ("alice", "bob"):
         (tmp_path / student).mkdir()
     monkeypatch.chdir(tmp_path / "alice")
@@ -324,9 +326,9 @@ def test_the_shipped_nbgrader_config_switches_saving_and_using_off(monkeypatch):
 
 def test_an_edit_saved_in_the_notebook_counts_with_the_mine_folder_elsewhere(tmp_path, monkeypatch):
     """The folder the notebook ran in is recorded: a later save there with another cell counts as an edit, wherever
-    COURSE_MINE_DIR puts the solutions (the smaller item of issue 32; also nbgrader's release folders)."""
+    COURSE_MINE_DIR puts the solutions (also nbgrader's release folders)."""
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "elsewhere" / "mine"))
-    monkeypatch.setattr(mine, "in_notebook", lambda: True)
+    monkeypatch.setattr(solutions, "in_notebook", lambda: True)
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     passed_scale()
@@ -342,7 +344,7 @@ def test_an_edit_saved_in_the_notebook_counts_with_the_mine_folder_elsewhere(tmp
 
 def test_in_notebook_is_true_only_in_a_jupyter_kernel_shell(monkeypatch):
     from IPython.core.interactiveshell import InteractiveShell
-    assert not mine.in_notebook()  # pytest: no shell
+    assert not solutions.in_notebook()  # pytest: no shell
 
     class ZMQInteractiveShell(InteractiveShell):  # ipykernel's, by name
         pass
@@ -352,7 +354,7 @@ def test_in_notebook_is_true_only_in_a_jupyter_kernel_shell(monkeypatch):
 
     for cls, expected in ((InteractiveShell, False), (ZMQInteractiveShell, True), (Shell, True)):
         monkeypatch.setattr(sys.modules["IPython"], "get_ipython", lambda cls=cls: object.__new__(cls))
-        assert mine.in_notebook() is expected, cls
+        assert solutions.in_notebook() is expected, cls
 
 
 def _run_notebook(folder, *cells):

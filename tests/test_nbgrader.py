@@ -251,11 +251,11 @@ def test_feedback_shows_the_checks_message(graded):
 
 @pytest.mark.slow
 def test_feedback_does_not_show_the_solution(graded):
-    """With two-level hints (issue 10) a failure names what is wrong without the solution's code, and the
+    """With two-level hints a failure names what is wrong without the solution's code, and the
     traceback stops at the check's message: the feedback a student gets holds no solution code."""
     from course.checks import core
     if not hasattr(core, "HINTS"):
-        pytest.skip("two-level hints (issue 10: course.checks.core.HINTS, hint('N.M')) are not in this checkout")
+        pytest.skip("two-level hints (course.checks.core.HINTS, hint('N.M')) are not in this checkout")
     nb = nbtools.read(graded / "autograded" / "bob" / "ps1" / "02_forward.ipynb")
     shown = [json.dumps(o) for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "ex-2-1-check"
              for o in c["outputs"]]  # what the feedback renders for the check cell
@@ -287,7 +287,7 @@ def _squash(text):
 
 def test_student_build_holds_no_solution(build):
     """No solution block in the build's package or notebooks. course/checks/ is left out: its code-level hints
-    (hint("N.M"), issue 10) are for students who ask, and one of them (10.1's) spells out the two-line answer."""
+    (hint("N.M")) are for students who ask, and one of them (10.1's) spells out the two-line answer."""
     built = _squash("\n".join(p.read_text() for p in build.rglob("*.py") if "checks" not in p.parts))
     built_nbs = _squash("\n".join(p.read_text() for p in build.rglob("*.ipynb")))
     reference = _squash("\n".join(p.read_text() for p in nbtools.PACKAGE.glob("*.py")))
@@ -344,12 +344,12 @@ def test_student_build_stubs_raise_until_replaced(build):
 
 
 def test_student_build_notebooks_switch_on_use_mine(build):
-    """With course/mine.py (issue 11) every student notebook from 02 on calls course.use_mine() in its first cell
+    """With course/runtime/mine.py every student notebook from 02 on calls course.use_mine() in its first cell
     (02 loads MNIST with 1.1's parser); without it the build adds no such call."""
     for path in sorted((build / "notebooks" / "exercises").glob("*.ipynb")):
         ours = nbtools.read(nbtools.EXERCISES / path.name)
         first = next(nbtools.source(c) for c in nbtools.read(path)["cells"] if c["cell_type"] == "code")
-        if (nbtools.PACKAGE / "mine.py").exists() and path.name[:2] >= "02":
+        if (nbtools.PACKAGE / "runtime" / "mine.py").exists() and path.name[:2] >= "02":
             assert "course.use_mine()" in first, path.name
         else:
             assert nbtools.read(path) == ours, path.name

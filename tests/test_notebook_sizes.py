@@ -1,4 +1,4 @@
-"""Budgets a reader can keep (issue 28): every notebook at most ~4,000 words of markdown, no markdown cell over ~600
+"""Budgets a reader can keep: every notebook at most ~4,000 words of markdown, no markdown cell over ~600
 words, no code cell over ~60 lines unless it holds a single function or class (one device function in its own cell,
 where it is taught). Words: whitespace-separated tokens of a markdown cell's source; lines: a code cell's source lines.
 What a first reading meets is bounded too: the code left visible, outside the cells tagged `reference`, whose source
@@ -29,13 +29,13 @@ OVER = {  # (notebook, cell id): its lines when the budget was set (2026-12-02),
     ("06_train", "c015b"): 85,
 }
 NOTEBOOKS = [p.stem for p in nbtools.solution_notebooks()]
-# A first reading, by one rule for every notebook: the rates of the fresh students' trials (issue 28; 2026-12-06).
+# A first reading, by one rule for every notebook: the rates of the fresh students' trials (2026-12-06).
 PROSE_WPM = 150          # words of markdown a minute, technical prose read closely
 CODE_LPM = 20            # visible non-blank code lines a minute (kernels slower, harness faster)
 SAVED_LPM = 10           # lines of a saved output a minute (tables read for what they show)
 FIGURE_MIN = 1           # minutes a saved plot
 EXERCISE_MIN = 7         # minutes an exercise (the trials: 2-10)
-PERF_MINUTES = 48        # ~45 minutes for 08-14 (issue 28)
+PERF_MINUTES = 48        # ~45 minutes for 08-14 (the fresh students' trials)
 PERFORMANCE = [n for n in NOTEBOOKS if n >= "08"]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import course
-import course.timing
+import course.runtime.timing
 
 from course.tools import race, scaling
 
@@ -201,12 +201,12 @@ def test_the_committed_sweep_covers_every_batch():
 
 @pytest.mark.skipif(not course.SIMULATOR, reason="the labels are for times off the GPU")
 def test_quick_scaling_off_the_gpu_labels_its_times_and_the_h200_s_floor(monkeypatch, capsys):
-    """Issue 47 item 13: CPU times printed unlabelled beside the H200's cuBLAS floor."""
+    """A regression: CPU times printed unlabelled beside the H200's cuBLAS floor."""
     monkeypatch.setattr(scaling, "measure", lambda data, cfg, init, b, impls: {"course_plain": 0.0024,
                                                                                "pytorch_graph": None})
     assert scaling.main(["--quick"]) == 0
     lines = capsys.readouterr().out.splitlines()
     timed = [line for line in lines if line.startswith("batch") and " ms" in line]
-    assert len(timed) == 2 and all(line.endswith(f"({course.timing._note()})") for line in timed), lines
+    assert len(timed) == 2 and all(line.endswith(f"({course.runtime.timing._note()})") for line in timed), lines
     (floor,) = [line for line in lines if line.startswith("compute floor")]
     assert "TFLOP/s on an H200 (bench-h200.json)" in floor and floor.endswith("not comparable with the times above")

@@ -1,4 +1,4 @@
-"""requirements.txt gives each platform one numba-cuda that course/device.py was written for, and numpy < 2.5.
+"""requirements.txt gives each platform one numba-cuda that course/runtime/device.py was written for, and numpy < 2.5.
 
 Markers evaluated here for each platform (offline); CI resolves the same file for each with uv (.ci/platforms.py)."""
 from pathlib import Path
@@ -8,7 +8,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from course import device, versions
+from course.runtime import device, versions
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "requirements.txt"
@@ -64,7 +64,7 @@ def bounds(specifier):
 @pytest.mark.parametrize("name", sorted(versions.RANGES))
 def test_numba_and_numpy_ranges_are_the_ones_import_course_checks(platform, name):
     (req,) = requirements(platform)[name]
-    assert bounds(req.specifier) == versions.RANGES[name][0], f"{req} vs course/versions.py RANGES[{name!r}]"
+    assert bounds(req.specifier) == versions.RANGES[name][0], f"{req} vs course/runtime/versions.py RANGES[{name!r}]"
 
 
 def test_numba_is_bounded_below_0_69_everywhere():

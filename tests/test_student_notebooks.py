@@ -196,7 +196,7 @@ def test_bench_table_shows_in_the_student_copy_of_13():
     bench = next(c for c in cells if c.cell_type == "code" and "bench-h200.json" in c.source)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import json\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nimport course\n"
-        "from course.nbtools import NOTEBOOKS"), bench])
+        "from course.tools.nbtools import NOTEBOOKS"), bench])
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(nbtools.EXERCISES)}}).execute()
     out = "".join(o.get("text", "") for o in nb.cells[1].outputs)
@@ -309,11 +309,11 @@ TRAINED_RE = re.compile(r"^(.+): test accuracy ([\d.]+) \((\d+)-(\d+)-10 on ([\d
 
 
 def labels_tell_the_truth(text):
-    """The payoff's lines (course.mine.trained) say whose kernels trained the network, where, at which sizes; they
+    """The payoff's lines (course.runtime.mine.trained) say whose kernels trained the network, where, at which sizes; they
     agree with the table printed above them, and nothing calls the NumPy twin's result the student's."""
     import os
     assert "the network you trained" not in text          # the old label, true only on a GPU
-    from course import mine
+    from course.runtime import mine
     assert re.search(r"\d+ of \d+ pieces run your code", text), "no table of whose kernels ran"
     rows = dict(re.findall(r"^  (\d+\.\d+)  .{36} (yours|course's)", text, re.M))   # the table: piece -> whose
     kernels = set(mine.STEP_PIECES) | set(mine.UPDATE.values())                     # what a training step runs
@@ -335,15 +335,15 @@ def labels_tell_the_truth(text):
 
 
 def test_the_label_scan_catches_a_false_label(monkeypatch):
-    """labels_tell_the_truth, on lines course.mine.trained writes: a true one passes; whose, where or the sizes
+    """labels_tell_the_truth, on lines course.runtime.mine.trained writes: a true one passes; whose, where or the sizes
     changed, or the old "the network you trained", fails."""
-    from course import mine
+    from course.runtime import mine
     monkeypatch.setenv("COURSE_DEVICE", "cpu")
     keys = mine.step_pieces("sgd")
     monkeypatch.setattr(mine, "_INSTALLED", {k: None for k in keys})
     run = dict(epoch=[dict(test_acc=0.9272)], steps=937, device="cpu",
                setup=dict(n_train=59968, n_in=784, hidden=128, batch_size=64))
-    table = mine.table({k: (object(), "yours") for k in keys})   # as course.mine.report prints it
+    table = mine.table({k: (object(), "yours") for k in keys})   # as course.runtime.mine.report prints it
     good = "\n".join(table) + "\n" + mine.trained(run, "SGD", keys) + "\n"
     labels_tell_the_truth(good)
     for bad in (good.replace("on your kernels (9 of 9 pieces yours)", "on the course's kernels"),

@@ -84,7 +84,7 @@ def test_cli_check_exits_nonzero_when_stale(tmp_path, monkeypatch):
 
 
 def test_export_refuses_before_it_writes_anything(tmp_path, monkeypatch):
-    """Issue 47 item 15: two `# Exercise 3.1` cells were refused only after course/loss.py had been rewritten."""
+    """A regression: two `# Exercise 3.1` cells were refused only after course/loss.py had been rewritten."""
     def cell(i, src):
         return {"cell_type": "code", "id": f"c{i}", "metadata": {}, "outputs": [], "execution_count": None,
                 "source": src}

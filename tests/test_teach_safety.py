@@ -1,4 +1,4 @@
-"""The teachers' commands under realistic misuse (issue 32, items 3, 8 and 11): nothing of the teacher's is
+"""The teachers' commands under realistic misuse: nothing of the teacher's is
 overwritten, no solution ships in a student build, nothing is written outside DIR, errors are one line, exit 2."""
 import shutil
 

@@ -1,10 +1,10 @@
-"""Simulator timings are labelled meaningless wherever a notebook prints or plots one, through course.timing."""
+"""Simulator timings are labelled meaningless wherever a notebook prints or plots one, through course.runtime.timing."""
 import re
 
 import pytest
 
 import course
-from course import timing
+from course.runtime import timing
 from course.tools import nbtools
 
 MEASURES = re.compile(r"perf_counter|gpu_time\(|wall_time\(|time_steps\(|per_call\(")
@@ -57,7 +57,7 @@ def test_on_gpu_on_a_gpu_prints_nothing(monkeypatch, capsys):
     assert capsys.readouterr().out == ""
 
 
-# what a cell prints that means nothing off a GPU (issue 51 item 5): an epoch scaled from a shrunk network's step,
+# what a cell prints that means nothing off a GPU: an epoch scaled from a shrunk network's step,
 # TFLOP/s, a step's clock parts, a speed-up, a launch priced against the GPU's epoch, "GPU busy"
 MEANINGLESS_OFF_GPU = re.compile(r"per epoch of \d|TFLOP/s|clock_report\(|speed-up|launch per step|GPU busy")
 

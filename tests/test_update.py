@@ -327,7 +327,7 @@ def test_divergence_is_detected_in_a_training_run():
 
 @pytest.mark.parametrize("lr", [True, np.bool_(True), "0.1", b"0.1"], ids=["True", "np.True_", "'0.1'", "b'0.1'"])
 def test_a_learning_rate_must_be_a_number_not_a_bool_or_a_string(lr):
-    """Issue 32: float(True) is 1.0 and float("0.1") is 0.1, so both were accepted as learning rates."""
+    """A regression: float(True) is 1.0 and float("0.1") is 0.1, so both were accepted as learning rates."""
     from course.update import sgd
     p, g = cuda.to_device(np.zeros(5, np.float32)), cuda.to_device(np.ones(5, np.float32))
     with pytest.raises(ValueError, match=f"lr must be a number, got {type(lr).__name__}"):

@@ -17,6 +17,8 @@ import numpy as np
 from numba import cuda
 
 import course
+from course.runtime import solutions
+from course.runtime.util import in_notebook
 
 GUARD_FLOAT = np.float32(-7.77e33)  # what guard cells hold; a kernel has no reason to write it
 GUARD_INT = -987654321
@@ -119,21 +121,6 @@ def fail(exercise, case, msg, hint):
     raise CheckFailure(f"{exercise} failed {case}:\n  {msg}\n  Hint: {hint}{more}") from None
 
 
-_PASS_LISTENERS = []  # called with (exercise, fn, check=name) after each pass: course.mine saves the solution (on_pass)
-
-
-def on_pass(listener):
-    """Call listener(exercise, fn, check=name) after every check that passes (course.mine registers `record`)."""
-    if listener not in _PASS_LISTENERS:
-        _PASS_LISTENERS.append(listener)
-
-
-def in_notebook():
-    """True in a Jupyter kernel (a notebook run in JupyterLab, by `python -m course execute` or by nbgrader)."""
-    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
-    return any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)  # Colab's shell is a subclass
-
-
 def course_own(fn):
     """The course module that defines fn (a star import's kernel, say), or None: the student's own code."""
     module = str(getattr(getattr(fn, "py_func", fn), "__module__", None))
@@ -141,14 +128,14 @@ def course_own(fn):
 
 
 def passed(exercise, fn, what, check=None):
-    """A check passed: the one place that says so, then tells the listeners; a listener's error never undoes it."""
+    """A check passed: the one place that says so, then saves the solution (solutions.record); a failed save never undoes
+    the pass."""
     print(f"✓ {exercise} passed" + (f": {what}" if what else ""))
-    for listener in _PASS_LISTENERS:
-        try:
-            listener(exercise, fn, check=check)
-        except Exception as e:  # the pass stands: one line, no traceback
-            why = " ".join(str(e).split())[:200]
-            print(f"  (not saved: {type(e).__name__}{': ' + why if why else ''})")
+    try:
+        solutions.record(exercise, fn, check=check)
+    except Exception as e:  # the pass stands: one line, no traceback
+        why = " ".join(str(e).split())[:200]
+        print(f"  (not saved: {type(e).__name__}{': ' + why if why else ''})")
 
 
 def is_stub(fn, _seen=None):
@@ -295,7 +282,7 @@ def simulated():
     catches what the executor cannot (a missing barrier, out-of-bounds reads as they happen)."""
     import contextlib
     if course.SIMULATOR:
-        from course.cpu import simulating
+        from course.runtime.cpu import simulating
         return simulating()
     return contextlib.nullcontext()
 
@@ -482,11 +469,11 @@ def simulator_eyes(cases, run_case, odd, instrument=True):
     its bounds checks see a read past an input's end that guard cells hide on a GPU, its NaN-filled shared and
     local arrays a read of a cell no thread wrote, and its thread order (each thread runs up to a barrier) a
     missing cuda.syncthreads() that the GPU's warps happened to hide. Nothing in the simulator: it ran them all.
-    `instrument=False`: run_case installs its own simulator instruments (course.device.instruments)."""
+    `instrument=False`: run_case installs its own simulator instruments (course.runtime.device.instruments)."""
     __tracebackhide__ = True
     if (course.SIMULATOR and os.environ.get(SIM_ENV) != "always") or os.environ.get(SIM_ENV, "1") == "0":
         return
-    from course import device
+    from course.runtime import device
     small = min((c for c in cases if odd(c)), key=_threads, default=None)
     if small is None:
         return
@@ -513,9 +500,9 @@ def _nan_fill(a):
 
 
 def _simulator_launch(exercise, case, kernel, grid, block, args, hint):
-    """Launch `kernel`'s simulated twin (course.device.simulated); an IndexError is an out-of-bounds access."""
+    """Launch `kernel`'s simulated twin (course.runtime.device.simulated); an IndexError is an out-of-bounds access."""
     __tracebackhide__ = True
-    from course import device
+    from course.runtime import device
     sim = device.simulated(kernel)
     try:
         with quiet_simulator():
@@ -539,8 +526,8 @@ def quiet_simulator():
 
 
 def settle_simulator(kernel, timeout=30.0):
-    """After a simulated kernel raised: wait for its threads and restore `cuda` (course.device.settle_simulator)."""
-    from course.device import settle_simulator
+    """After a simulated kernel raised: wait for its threads and restore `cuda` (course.runtime.device.settle_simulator)."""
+    from course.runtime.device import settle_simulator
     settle_simulator(kernel, timeout)
 
 
@@ -859,7 +846,7 @@ def compile_gate(exercise, case, kernel, args):
 
 def _gate_where(file, line, fn=None):
     """' (line 7 of kernel: `acc = acc + x`)' for a source position, or ''."""
-    from course.tools.gate import source_line
+    from course.runtime.gate import source_line
     if not line:
         return ""
     text = source_line(file, line) if file else ""
@@ -872,7 +859,7 @@ EXCEPT_RE = r"^\s*except\b"  # numba's `exception_match` is an `except` clause
 def _line_naming(kernel, reason):
     """(file, line) of the first line of kernel's code, or of a device function it calls, that names what
     numba's reason names (`Function(<built-in function dot>)`, `attribute 'dot'`): numba did not say where."""
-    from course.tools.gate import called_device_functions
+    from course.runtime.gate import called_device_functions
     names = [n for pair in re.findall(r"(?:function|intrinsic) (\w+)>|attribute '(\w+)'", reason) for n in pair if n]
     patterns = [EXCEPT_RE if n == "exception_match" else rf"\b{n}\s*\(" for n in names]
     for fn in [kernel, *called_device_functions(kernel)]:
@@ -894,8 +881,8 @@ def _float32_only(args):
 
 def _gate_answer(kernel, args):
     """The compiler's answer for kernel and args' types (cached), or None when the gate is off or cannot run."""
-    from course import device
-    from course.tools import gate
+    from course.runtime import device
+    from course.runtime import gate
     if os.environ.get(GATE_ENV, "1") == "0" or not hasattr(kernel, "py_func") or device.simulator_only():
         return None
     try:
@@ -917,7 +904,7 @@ def json_key(x):
 def _ask_compiler(kernel, spec, argtypes):
     """Compile: in this process on a GPU, else in the worker (started on first use)."""
     global _gate_worker
-    from course.tools import gate
+    from course.runtime import gate
     if not course.SIMULATOR:
         return gate.analyse(kernel, gate.numba_types(argtypes))
     if _gate_worker is None:

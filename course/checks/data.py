@@ -3,7 +3,7 @@ import numpy as np
 
 import course
 from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_cases
-from course.util import cdiv
+from course.runtime.util import cdiv
 
 
 @exercise("1.1", nudges=(

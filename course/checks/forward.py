@@ -3,7 +3,7 @@ import numpy as np
 
 import course
 from course.checks.core import exercise, on_a_gpu, run_cases, run_sampled
-from course.util import cdiv
+from course.runtime.util import cdiv
 
 TILE = 16  # notebook 02's tile: the tiled kernels' block is (TILE, TILE), fixed by their spec
 

@@ -3,7 +3,7 @@ import numpy as np
 
 import course
 from course.checks.core import exercise, factor, on_a_gpu, run_cases, run_sampled
-from course.util import cdiv
+from course.runtime.util import cdiv
 
 TOL = 1e-5  # float32: dZ2 is one subtraction and one division; the products sum <= 60 terms of size ~1
 

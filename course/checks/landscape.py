@@ -5,7 +5,7 @@ import numpy as np
 
 import course
 from course.checks.core import MAX_THREADS, call, exercise, fail, on_a_gpu, run_cases
-from course.util import cdiv
+from course.runtime.util import cdiv
 
 ATOL, RTOL = 1e-6, 1e-5  # float32: two products and two sums per element; a GPU fuses them into FMAs
 

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import numpy as np
 
 import course
-from course.device import in_kernel_thread
+from course.runtime.device import in_kernel_thread
 from course.checks.core import (MAX_THREADS, ON_THIS_DEVICE, CheckFailure, CheckSignal, _sticky, code_names,
                                 divergent_barriers, exercise, fail, on_a_gpu, padded_input, padded_output,
                                 run_cases, run_sampled, simulator_eyes)
-from course.util import cdiv
+from course.runtime.util import cdiv
 
 
 # --- a float64 reference of our own (the checks do not trust the module the notebook exports) ---------------
@@ -154,7 +154,7 @@ def simulator_instruments(active=None):
     if not active:
         yield stats
         return
-    from course.device import instruments  # the simulator's internals are patched there, and only there
+    from course.runtime.device import instruments  # the simulator's internals are patched there, and only there
     with instruments(fill=_poison, atomic_add=stats.atomic_adds.append,  # list.append is atomic under the GIL
                      shared=lambda a, line: stats.shared_sizes.append((a.size, line)),
                      barrier=lambda b, t, line: stats.barriers.setdefault((b, t), []).append(line)):

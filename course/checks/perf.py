@@ -6,7 +6,7 @@ import numpy as np
 import course
 from course.checks.core import MAX_THREADS, exercise, on_a_gpu, run_cases, run_inplace_steps
 from course.update import sgd_ref
-from course.util import cdiv
+from course.runtime.util import cdiv
 
 ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumulated in another order than BLAS
 

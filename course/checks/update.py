@@ -12,7 +12,7 @@ import course
 from course.checks.core import (INPLACE_ATOL, INPLACE_RTOL, LARGEST_FLAT, MAX_THREADS, ON_THIS_DEVICE,
                                 _run_inplace_case, exercise, on_a_gpu, only_blocks, run_inplace_steps)
 from course.update import adam_ref, momentum_ref, sgd_ref
-from course.util import cdiv
+from course.runtime.util import cdiv
 
 STEPS = 5          # consecutive steps per case, on the same device buffers
 BIG = 2 * LARGEST_FLAT + 37  # past twice the course's largest flat parameter buffer (784-256-10: 203,530 floats)

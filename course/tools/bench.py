@@ -21,6 +21,7 @@ first touch), epoch_s is the median of the others, test_acc is measured after th
 The graph rows are skipped without a GPU (no CUDA graphs there). Without --quick on a GPU, "matmul" lists the
 TFLOP/s of notebook 09's matmul ladder at 4096^3 (v1 to v5 and cuBLAS through PyTorch when importable).
 """
+import functools
 import platform
 import sys
 import time
@@ -100,14 +101,17 @@ def _skipped(note):
 def bench_graph(data, cfg, loop):
     """course.graphs.fit_graph: each step one replay of a CUDA graph of the plain loop's or the fused step's
     launches (plus batch_index_kernel and record_loss_kernel)."""
+    from course.fused import FusedTrainer
     from course.graphs import fit_graph, graph_support
     why_not = graph_support()
     if why_not:
         return _skipped(why_not)
+    trainers = {"plain": None, "fused_step": functools.partial(FusedTrainer, mode="step"),
+                "fused_phases": functools.partial(FusedTrainer, mode="phases")}
     fell_back = ""
     try:
         hist = fit_graph(*data, hidden=cfg["hidden"], epochs=cfg["epochs"], batch_size=cfg["batch_size"], lr=LR,
-                         seed=SEED, loop=loop, progress=False)
+                         seed=SEED, trainer=trainers[loop], progress=False)
     except Exception as e:
         if loop != "fused_step":
             raise
@@ -115,7 +119,7 @@ def bench_graph(data, cfg, loop):
                      f"{str(e).splitlines()[0] if str(e) else ''}), so its three-launch form (mode 'phases') was")
         loop = "fused_phases"
         hist = fit_graph(*data, hidden=cfg["hidden"], epochs=cfg["epochs"], batch_size=cfg["batch_size"], lr=LR,
-                         seed=SEED, loop=loop, progress=False)
+                         seed=SEED, trainer=trainers[loop], progress=False)
     row = _summary([e["seconds"] for e in hist["epoch"]], [e["test_acc"] for e in hist["epoch"]], cfg)
     inside = {"plain": PLAIN_LAUNCHES, "fused_step": 1, "fused_phases": 3}[loop] + 2
     return dict(row, launches_per_step=1, kernels_per_step=inside,
@@ -272,7 +276,7 @@ def bench_matmul(n=MATMUL_N):
     from numba import cuda
     from course.forward import matmul_v1_kernel, matmul_v2_kernel
     from course.matmul import matmul_v3, matmul_v4, matmul_v5
-    from course.timing import gpu_time
+    from course.runtime.timing import gpu_time
     rng = np.random.default_rng(0)
     A = cuda.to_device(rng.standard_normal((n, n)).astype(np.float32))
     B = cuda.to_device(rng.standard_normal((n, n)).astype(np.float32))
@@ -317,7 +321,7 @@ def table(rows):
 
 def run(args, error):
     import course
-    from course.device import describe
+    from course.runtime.device import describe
     from course.train import init_params
 
     out = Path(args.out) if args.out else None

@@ -35,7 +35,7 @@ def add_parser(sub):
                         "notebook 06's NumPy twin on every training image: checks the pipeline in under a minute and "
                         "still learns")
     p.add_argument("--out", type=output_file, default=None, help="write the results as JSON to this file")
-    p.add_argument("--mine", action="store_true", help="run your passing exercise solutions (course.mine) wherever "
+    p.add_argument("--mine", action="store_true", help="run your passing exercise solutions (course.runtime.mine) wherever "
                    "they exist, the course's kernels elsewhere; prints which are yours")
     p.set_defaults(run=run)
     return p
@@ -60,8 +60,8 @@ def load(args):
 
 def closing_note(hist, optimizer, seconds):
     """What trained the network, where, at which sizes, and how long it took (wall clock, compiling included)."""
-    from course.mine import step_pieces, trained
-    from course.timing import label
+    from course.runtime.mine import step_pieces, trained
+    from course.runtime.timing import label
     return label(f"trained in {seconds:.0f} s") + ": " + trained(hist, "the network", step_pieces(optimizer))
 
 
@@ -76,7 +76,7 @@ def run(args):
     mine = None
     if args.mine:  # before loading: the IDX header parser is a piece too
         device_ready()
-        from course.mine import trainer_keys, use_mine
+        from course.runtime.mine import trainer_keys, use_mine
         mine = {k: "yours" if fn is not None else why
                 for k, (fn, why) in use_mine(trainer_keys(args.optimizer), label="--mine").items()}
     (X_train, y_train, X_test, y_test), dataset, root = load(args)
@@ -91,7 +91,7 @@ def run(args):
     if n_test == 0:
         raise CommandError(f"the data in {root or 'data/mnist'} has no test images: there is nothing to evaluate on")
     device_ready()  # every argument is fine: now the device (and numba)
-    from course.device import describe
+    from course.runtime.device import describe
     from course.train import fit, fit_sim, pool
     from course.update import Diverged
 

@@ -152,7 +152,7 @@ def main(argv=None):
     child = None if copies else subprocess.Popen([sys.executable, "-m", "course.tools.compile", COPIES_FLAG, *only],
                                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     from numba import types  # noqa: F401 (types gives eval its names)
-    from course.device import pretend_device
+    from course.runtime.device import pretend_device
     with pretend_device(CC):  # device functions ask the current device for its compute capability
         failed = compile_all(types, find_ptxas(), only=only, copies=copies)
     if child is not None:
@@ -174,7 +174,7 @@ def targets_for(module, first, copies):
 
 def ptx_per_target(module, kernel, argtypes, targets):
     """{cc: PTX} of one kernel and signature: lowered once, NVVM for each target."""
-    from course.device import lower_kernel
+    from course.runtime.device import lower_kernel
     emit = lower_kernel(kernel.py_func, argtypes, CC)
     return {cc: emit(cc) for cc in targets}
 

@@ -325,7 +325,7 @@ def student_notebook(nb, name):
 
 
 USE_MINE = ("course.use_mine();  # your passing solutions from the earlier notebooks run in place of the course's "
-            "(course/mine.py)")
+            "(course/runtime/mine.py)")
 MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
     "06_train.ipynb": (
         "## Your kernels, your network\n\n"
@@ -337,10 +337,10 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "check failed), and under it what a step runs that no exercise wrote (always the course's); the lines "
         "after say, for each run, what trained it, where and at which sizes. "
         "`python -m course train --mine` does the same from the command line.",
-        "course.mine.report([\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", "
+        "course.runtime.mine.report([\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", "
         "\"5.1\", \"5.2\"])  # the pieces fit() ran\n"
         "for run, name, optimizer in ((sgd_run, \"SGD\", \"sgd\"), (best_run, \"momentum\", \"momentum\")):\n"
-        "    print(course.mine.trained(run, name, course.mine.step_pieces(optimizer)))"),
+        "    print(course.runtime.mine.trained(run, name, course.runtime.mine.step_pieces(optimizer)))"),
     "07_landscape.ipynb": (
         "## Your kernels drew these pictures\n\n"
         "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-06 in place of the "
@@ -350,8 +350,8 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "simulator alone the NumPy twin trained it. The line under the table says which, where and at which sizes.",
         "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
         "\"6.1\", \"6.2\"]  # what training and the surfaces ran on\n"
-        "course.mine.report(pieces)\n"
-        "print(course.mine.trained(run, \"the network of the pictures\", course.mine.step_pieces(\"sgd\")))"),
+        "course.runtime.mine.report(pieces)\n"
+        "print(course.runtime.mine.trained(run, \"the network of the pictures\", course.runtime.mine.step_pieces(\"sgd\")))"),
     "13_epoch.ipynb": (
         "## Your kernels, plain and fused\n\n"
         "The plain loop timed above (`fit`, notebook 06's recipe) ran your passing kernels wherever "
@@ -363,13 +363,13 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "sizes (without a GPU the notebook's sizes are small: the line says so).",
         "pieces = [\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", \"5.1\", "
         "\"6.1\", \"6.2\"]  # what fit() ran\n"
-        "course.mine.report(pieces)\n"
-        "print(course.mine.trained(plain_run, \"the plain loop\", course.mine.step_pieces(\"sgd\")))\n"
-        "print(\"its epoch:\", course.timing.label(f\"{plain_s * 1e3:.1f} ms\"))\n"
-        "course.mine.report([\"11.1\", \"12.1\", \"12.2\"])  # the fused epoch kernel's pieces of yours\n"
+        "course.runtime.mine.report(pieces)\n"
+        "print(course.runtime.mine.trained(plain_run, \"the plain loop\", course.runtime.mine.step_pieces(\"sgd\")))\n"
+        "print(\"its epoch:\", course.runtime.timing.label(f\"{plain_s * 1e3:.1f} ms\"))\n"
+        "course.runtime.mine.report([\"11.1\", \"12.1\", \"12.2\"])  # the fused epoch kernel's pieces of yours\n"
         "print(f\"the fused epoch kernel: test accuracy {fused_run['epoch'][-1]['test_acc']:.4f}, on \"\n"
-        "      f\"{course.mine.whose(['11.1', '12.1', '12.2'])}\")\n"
-        "course.mine.report([\"13.1\", \"13.2\"]);  # the clock report's pieces of yours"),
+        "      f\"{course.runtime.mine.whose(['11.1', '12.1', '12.2'])}\")\n"
+        "course.runtime.mine.report([\"13.1\", \"13.2\"]);  # the clock report's pieces of yours"),
 }
 
 

@@ -682,7 +682,7 @@ def needs_gpu(args):
 def run(args, error):
     import course
     from pathlib import Path
-    from course.device import describe
+    from course.runtime.device import describe
     from course.tools.cli import write_json
     out = Path(args.out) if args.out else None
     if out is not None and not out.parent.is_dir():

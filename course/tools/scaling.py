@@ -64,8 +64,8 @@ def parser():
 
 def main(argv=None):
     import course
-    from course.device import describe
-    from course.timing import label
+    from course.runtime.device import describe
+    from course.runtime.timing import label
     from course.tools import bench
     from course.tools.cli import write_json
     from course.train import init_params

@@ -130,11 +130,12 @@ def student_build(dest, hint_answers=True):
 
 def write_student_notebooks(folder):
     """The student copies, made from the solution notebooks (never copied from notebooks/exercises/, where a
-    student's pasted solutions or a duplicate may sit), with course.use_mine() in 02 on (issue 11's switch)."""
+    student's pasted solutions or a duplicate may sit), with course.use_mine() in 02 on: the student's own kernels
+    run from there."""
     folder.mkdir(parents=True, exist_ok=True)
     for path in nbtools.solution_notebooks():
         nb = nbtools.student_copy(path)
-        if (nbtools.PACKAGE / "mine.py").exists() and path.name[:2] >= "02":
+        if (nbtools.PACKAGE / "runtime" / "mine.py").exists() and path.name[:2] >= "02":
             nb = with_use_mine(nb)
         (folder / path.name).write_text(nbtools.notebook_text(nbtools.stamp_written(nb, path.name)), encoding="utf-8")
 

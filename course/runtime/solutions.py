@@ -1,17 +1,12 @@
-"""Your kernels, your network: the student's passing solutions, saved by the checks and used by the course.
-
-When an exercise's check passes, `record` saves the solution with the helper functions and constants it uses from
-the notebook as `mine/ex_N_M.py` (next to the student notebooks; `COURSE_MINE_DIR` moves it) and a JSON record:
-which check, when, the SHA-256 of each function's source and the exercise cell. `use_mine()` puts every solution
-that still stands in place of the course's own (the module attributes the course's launchers read at each call)
-and prints whose code runs where; `use_course()` puts the course's back. A solution edited after passing (the cell
-re-run, or the notebook saved, with a different source) or whose check failed since is not used."""
+"""Saving the student's passing solutions: what a check's pass records, below the checks (core.passed calls
+`record`). The solution is saved with the helper functions and constants it uses from the notebook as
+`mine/ex_N_M.py` (next to the student notebooks; `COURSE_MINE_DIR` moves it) with a JSON record: which check, when,
+the SHA-256 of each function's source and the exercise cell. In a notebook, a hook marks a record edited (its cell
+re-run with another source) or failed (its check failed since). course/runtime/mine.py decides what is used."""
 import ast
 import dis
 import errno
 import hashlib
-import importlib
-import importlib.util
 import inspect
 import json
 import linecache
@@ -25,7 +20,7 @@ import types
 from datetime import datetime, timezone
 from pathlib import Path
 
-from course.checks.core import in_notebook, on_pass
+from course.runtime.util import in_notebook
 
 PIECES = {  # exercise -> (piece, the course's object it replaces); only a same-signature solution replaces it
     "1.1": ("IDX header parser", "course.data:parse_idx_header"),
@@ -79,6 +74,7 @@ ALWAYS_COURSE = "gather of the labels, column sums (db), count_correct, zero and
 MARKER_RE = re.compile(r"^\s*#\s*Exercise (\d+\.\d+)\b", re.M)
 BEGIN = "### BEGIN SOLUTION"  # a cell with it is the course's reference solution, never the student's
 BUNDLE_PREFIX = "course_mine_"
+EXERCISES = Path(__file__).resolve().parents[2] / "notebooks" / "exercises"  # the student copies, in a checkout
 
 
 def disabled():
@@ -94,7 +90,6 @@ def mine_dir():
         return Path(os.environ["COURSE_MINE_DIR"])
     if in_notebook():
         return Path.cwd() / "mine"
-    from course.tools.nbtools import EXERCISES
     return EXERCISES / "mine" if EXERCISES.is_dir() else Path.home() / ".course" / "mine"
 
 
@@ -329,10 +324,10 @@ def read_record(key):
 
 def _write(path, text):
     """Write text to path atomically, through a new temporary file beside it (never a name planted in advance);
-    OSError for a path that is a symbolic link (a file course.mine did not write)."""
+    OSError for a path that is a symbolic link (a file course.runtime.mine did not write)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_symlink():
-        raise OSError(errno.ELOOP, f"{path.name} is a symbolic link, which course.mine does not write through")
+        raise OSError(errno.ELOOP, f"{path.name} is a symbolic link, which course.runtime.mine does not write through")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # O_EXCL, mode 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -397,14 +392,14 @@ def _save(key, exercise, py, check, text, functions, cell):
     """Write mine/ex_N_M.py and its record; return the module's path."""
     now = time.time()
     stamp = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds")
-    text = (f"# {exercise}: your solution, saved by course.mine when {check or 'its check'} passed ({stamp}).\n"
+    text = (f"# {exercise}: your solution, saved by course.runtime.solutions when {check or 'its check'} passed ({stamp}).\n"
             "# course.use_mine() and `python -m course train --mine` run it. Edit the notebook, not this file.\n"
             + text)
     module = _paths(key)[0]
     d = mine_dir()
     _write(module, text)
     if not (d / "__init__.py").exists():
-        _write(d / "__init__.py", '"""Your passing solutions (course.mine): one module per exercise."""\n')
+        _write(d / "__init__.py", '"""Your passing solutions (course.runtime.mine): one module per exercise."""\n')
     _write_record(key, dict(exercise=key, name=py.__name__, check=check, status="passed", time=now,
                             passed_at=stamp, sha256=_sha(text), functions=functions, cell=cell,
                             notebook=_notebook_file(), notebook_dir=str(Path.cwd()) if in_notebook() else None))
@@ -449,7 +444,7 @@ def _after_cell(result):
             if m:
                 mark_failed(m.group(1))
     except OSError as e:
-        print(f"course.mine: could not update {mine_dir()}: {e}", file=sys.stderr)
+        print(f"course.runtime.mine: could not update {mine_dir()}: {e}", file=sys.stderr)
 
 
 def watch(shell=None):
@@ -464,48 +459,7 @@ def watch(shell=None):
         shell.events.register("post_run_cell", _after_cell)
 
 
-# ---- which solutions stand, and putting them in place ----
-
-def _student_notebooks(key, rec):
-    """The notebook the record's pass came from (Jupyter names it), else the NN_*.ipynb notebooks of the folder it
-    ran in (recorded: COURSE_MINE_DIR may be elsewhere), else those next to the mine folder."""
-    named = rec.get("notebook")
-    if named and Path(named).is_file():
-        return [Path(named)]
-    folder = Path(rec["notebook_dir"]) if rec.get("notebook_dir") else mine_dir().parent
-    return sorted(folder.glob(f"{int(key.split('.')[0]):02d}_*.ipynb"))
-
-
-def _notebook_file():
-    """The running notebook's file, where Jupyter says it (JPY_SESSION_NAME, jupyter_server 2), else None."""
-    name = os.environ.get("JPY_SESSION_NAME", "") if in_notebook() else ""
-    return str(Path(name).resolve()) if name.endswith(".ipynb") and Path(name).is_file() else None
-
-
-def _edited_in_file(key, rec):
-    """True if the student's notebook, saved after the pass, holds a different cell for this exercise."""
-    if not rec.get("cell"):
-        return False
-    for path in _student_notebooks(key, rec):
-        if path.stat().st_mtime <= rec.get("time", 0):
-            continue
-        try:
-            cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError):  # not a notebook: not ours
-            continue
-        for i, c in enumerate(cells if isinstance(cells, list) else []):
-            if not isinstance(c, dict):
-                continue
-            src = c.get("source", "")
-            src = "".join(src) if isinstance(src, list) and all(isinstance(x, str) for x in src) else src
-            if not isinstance(src, str):  # JSON, but not a notebook's cell: the student's file, so say so
-                _note_once(f"course.mine: {path.name} cell {i}: its source is a {type(src).__name__}, not text: "
-                           "skipped when looking for edits")
-                continue
-            if c.get("cell_type") == "code" and key in MARKER_RE.findall(src):
-                return normalize(_transform(src)) != rec["cell"]
-    return False
-
+# ---- what a saved file may hold: definitions only (checked when saved, and again when used) ----
 
 _NOTED = set()
 
@@ -536,7 +490,7 @@ def _only_definitions(path, text):
             ok = isinstance(v, ast.Constant) or isinstance(v, ast.Call) and _numpy_scalar(v)
             ok = (ok or _is_literal(v)) and all(isinstance(t, ast.Name) for t in node.targets)
         if not ok:
-            raise CaptureError(f"{path.name} line {node.lineno} is not what course.mine saves (a "
+            raise CaptureError(f"{path.name} line {node.lineno} is not what course.runtime.solutions saves (a "
                                f"{type(node).__name__}): edit the notebook, not this file")
         if isinstance(node, ast.FunctionDef):
             _plain_def(path, node, imported)
@@ -577,14 +531,14 @@ def _plain_def(path, node, imported):
             k.arg and _is_literal(k.value) for k in call.keywords)
         if full not in JIT_DECORATORS or not constant_args:
             raise CaptureError(f"{where}: its decorator `{ast.unparse(d)[:60]}` is not numba's jit with constant "
-                               "arguments, and course.mine runs nothing else when it loads a solution")
+                               "arguments, and course.runtime.mine runs nothing else when it loads a solution")
     a = node.args
     values = [*a.defaults, *filter(None, a.kw_defaults), node.returns,
               *[arg.annotation for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if arg]]
     for v in filter(None, values):
         if not (_is_literal(v) or _dotted(v)):
             raise CaptureError(f"{where}: `{ast.unparse(v)[:60]}` (a default value or an annotation) is not a name "
-                               "or a constant, and course.mine runs nothing else when it loads a solution: compute "
+                               "or a constant, and course.runtime.mine runs nothing else when it loads a solution: compute "
                                "it inside the function")
 
 
@@ -602,254 +556,10 @@ def _is_literal(node):
         return False
 
 
-def _load(key, rec):
-    path = _paths(key)[0]
-    text = path.read_text(encoding="utf-8")
-    if _sha(text) != rec.get("sha256"):
-        raise CaptureError(f"{path.name} was changed after the check passed")
-    _only_definitions(path, text)
-    name = f"{BUNDLE_PREFIX}{_stem(key)}_{rec['sha256'][:12]}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
-    return getattr(sys.modules[name], rec["name"])
-
-
-def _target(key):
-    modname, attr = PIECES[key][1].split(":")
-    return importlib.import_module(modname), attr
-
-
-def _nparams(fn):
-    return len(inspect.signature(_py(fn)).parameters)
-
-
-STATUS_WHY = {"failed": "check failed", "edited": "edited after passing"}  # any other status than "passed"
-
-
-def _why_not(key, rec, records, _path=()):
-    """Why a record cannot be used (a short reason), or None. Only a record that says "passed" counts."""
-    if rec is None:
-        return "never checked"
-    if rec.get("status") != "passed":
-        return STATUS_WHY.get(rec.get("status"), f"its record says {str(rec.get('status'))[:40]!r}, not passed")
-    if rec.get("check") and rec["check"] != CHECKS.get(key, rec["check"]):
-        return (f"saved by {rec['check']}, not {CHECKS[key]} (the exercises were renumbered since): run this "
-                "exercise's check again")
-    if _edited_in_file(key, rec):
-        return "edited after passing"
-    for fname, info in rec.get("functions", {}).items():
-        dep = info.get("exercise")
-        if dep and dep != key:
-            if dep in _path:
-                return f"uses {fname} of exercise {dep}, which uses this one back: run both checks again"
-            drec = records.get(dep) if dep in records else read_record(dep)
-            reason = _why_not(dep, drec, records, _path + (key,))
-            if reason is not None:
-                return f"uses {fname} of exercise {dep}: {reason}"
-            if drec.get("functions", {}).get(fname, {}).get("sha256") != info.get("sha256"):
-                return f"{fname} changed since this check passed: run it again"
-    return None
-
-
-def status(keys=None):
-    """{exercise: (solution or None, reason)} for each piece: reason is "yours" or why the course's runs."""
-    keys = list(PIECES) if keys is None else list(keys)
-    loaded = {k: load_record(k) for k in PIECES}
-    records = {k: rec for k, (rec, _) in loaded.items()}
-    out = {}
-    for key in keys:
-        rec, problem = loaded[key]
-        why = problem or _why_not(key, rec, records)
-        fn = None
-        if why is None:
-            try:
-                fn = _load(key, rec)
-                module, attr = _target(key)
-                if _nparams(fn) != _nparams(getattr(module, attr) if key not in _INSTALLED
-                                           else _ORIGINALS[key]):
-                    fn, why = None, "its signature differs from the course's"
-            except KeyboardInterrupt:
-                raise
-            except BaseException as e:  # a file that no longer loads (SystemExit too): say so, run the course's
-                fn, why = None, f"cannot load: {type(e).__name__}: {' '.join(str(e).split())[:160]}"
-        out[key] = (fn, why or "yours")
-    return out
-
-
-_ORIGINALS, _INSTALLED = {}, {}
-
-
-def _swap(old, new):
-    """Replace `old` by `new` wherever a course module holds it (attributes, and values of module-level dicts);
-    the checks keep the course's own."""
-    for name, mod in list(sys.modules.items()):
-        if not (name == "course" or name.startswith("course.")) or name.startswith("course.checks") \
-                or name == __name__ or mod is None:
-            continue
-        for attr, val in list(vars(mod).items()):
-            if val is old:
-                setattr(mod, attr, new)
-            elif isinstance(val, dict) and not attr.startswith("__"):
-                for k, v in list(val.items()):
-                    if v is old:
-                        val[k] = new
-
-
-def use_course():
-    """Put the course's own kernels back everywhere use_mine() put the student's."""
-    for key in list(_INSTALLED):
-        _swap(_INSTALLED.pop(key), _ORIGINALS.pop(key))
-
-
-def table(st, where=None):
-    """The lines saying, per piece, whose code runs and why not the student's."""
-    mine = [k for k, (fn, _) in st.items() if fn is not None]
-    lines = [f"{len(mine)} of {len(st)} pieces run your code (saved in {where or mine_dir()}):",
-             f"  {'ex':4s} {'piece':36s} whose"]
-    for key, (fn, why) in st.items():
-        lines.append(f"  {key:4s} {PIECES[key][0]:36s} " + ("yours" if fn is not None else f"course's: {why}"))
-    return lines
-
-
-def use_mine(keys=None, quiet=False, label="course.use_mine()"):
-    """Run the student's passing solutions in place of the course's, wherever they stand; print whose code runs
-    where. Call again after passing more checks (no restart needed). Returns status()."""
-    use_course()
-    st = status(keys)
-    _LAST.clear()
-    _LAST.update(st)
-    for key, (fn, _) in st.items():
-        if fn is not None:
-            module, attr = _target(key)
-            _ORIGINALS[key] = getattr(module, attr)
-            _INSTALLED[key] = fn
-            _swap(_ORIGINALS[key], fn)
-    if not quiet:
-        d = mine_dir()
-        if disabled():
-            print(f"{label}: COURSE_MINE_DIR=off: the course's kernels run everywhere")
-        elif not any(load_record(k) != (None, None) for k in PIECES):
-            print(f"{label}: no passing solutions of yours in {d} yet: the course's kernels run everywhere "
-                  "(each check that passes in the student notebooks saves yours there)")
-        else:
-            lines = table(st, d)
-            lines[0] = f"{label}: {lines[0]}"
-            if keys is not None:
-                lines.append(f"  always the course's: {ALWAYS_COURSE}")
-            print("\n".join(lines))
-    return st
-
-
-_LAST = {}  # the status() of the last use_mine(), for report()
-
-
-def report(keys=None):
-    """Print whose code the last use_mine() put in place, for `keys` (default: every piece); return those lines.
-    A piece whose check passed after that use_mine() says so: it runs once use_mine() is called again."""
-    if not _LAST:
-        lines = ["course.use_mine() was not called in this process: the course's own kernels ran everywhere"]
-    else:
-        shown = {k: _LAST[k] for k in (keys or _LAST) if k in _LAST}
-        now = status([k for k, (fn, _) in shown.items() if fn is None])
-        for k, (fn, _) in now.items():
-            if fn is not None:
-                shown[k] = (None, "passed since course.use_mine() ran: call it again")
-        lines = table(shown)
-        if keys is not None:  # the pieces of a run: what it ran that has no exercise, as use_mine(keys) says
-            lines.append(f"  always the course's: {ALWAYS_COURSE}")
-    print("\n".join(lines))
-    return lines
-
-
-def installed():
-    """{exercise: the student's solution} currently in place."""
-    return dict(_INSTALLED)
-
-
-WHERE = {"gpu": "on the GPU", "cpu": "on the CPU executor (kernels compiled for the CPU by numba)",
-         "sim": "in numba's CUDA simulator"}
-
-
-def whose(keys):
-    """Whose kernels run these pieces now: "your kernels", "the course's kernels", or yours where they passed."""
-    mine = [k for k in keys if k in _INSTALLED]
-    if len(mine) == len(keys):
-        return f"your kernels ({len(mine)} of {len(keys)} pieces yours)"
-    if not mine:
-        return "the course's kernels"
-    return f"your kernels where they passed ({len(mine)} of {len(keys)} pieces yours, the others the course's)"
-
-
-def trained(run, name, keys):
-    """One line that says what trained `run` (a history of notebook 06's fit, fit_sim or fit_ref): whose kernels,
-    on which device, at which sizes, for how many of its steps; and its final test accuracy."""
-    setup, acc = run.get("setup", {}), run["epoch"][-1]["test_acc"]
-    sizes = (f"{setup.get('n_in', '?')}-{setup.get('hidden', '?')}-10 on {setup.get('n_train', 0):,} images, "
-             f"{len(run['epoch'])} epoch{'s' if len(run['epoch']) > 1 else ''} of batch {setup.get('batch_size')}")
-    head = f"{name}: test accuracy {acc:.4f} ({sizes})"
-    if run.get("device") == "numpy":
-        k = run.get("kernel_steps", 0)
-        kernels = (f"steps 1-{k} on {whose(keys)} {WHERE[run.get('kernel_device', 'sim')]}, checked equal to the "
-                   "NumPy twin; the twin (fit_ref, NumPy on the host) trained the rest and made this accuracy") if k             else "trained by the NumPy twin (fit_ref, on the host), not by kernels"
-        return f"{head}: {kernels}"
-    rest = f", with the course's {ALWAYS_COURSE}" if any(k in _INSTALLED for k in keys) else ""  # no exercise
-    return f"{head}: every one of its {run.get('steps', '?')} steps on {whose(keys)} {WHERE[run['device']]}{rest}"
-
-
-# ---- a simulated student, for the tests and scripts/mine_gpu.sh ----
-
-def run_cell(ns, src, name):
-    """Run `src` in namespace ns as a notebook cell would (its source in linecache, as IPython does)."""
-    src = src if src.endswith("\n") else src + "\n"
-    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
-    exec(compile(src, name, "exec"), ns)
-
-
-def _only_imports(src):
-    """True for a cell of import statements only."""
-    try:
-        body = ast.parse(src).body
-    except SyntaxError:
-        return False
-    return bool(body) and all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in body)
-
-
-def simulate_student(notebooks=None):
-    """Do the exercises of the given notebooks (default: all) as a student would: in one namespace per notebook,
-    run the notebook's exported cells with the solutions typed in, and the check cell after each exercise cell.
-    Returns {notebook name: namespace}."""
-    import pkgutil
-
-    import course.checks
-    from course.tools import nbtools
-    checks = {}
-    for m in pkgutil.iter_modules(course.checks.__path__):
-        mod = importlib.import_module(f"course.checks.{m.name}")
-        checks.update({k: v for k, v in vars(mod).items() if k.startswith("check_")})
-    out = {}
-    for path in notebooks or nbtools.solution_notebooks():
-        path = Path(path)
-        cells = [c for c in nbtools.read(path)["cells"] if c["cell_type"] == "code"]
-        ns = {"__name__": "__main__", **checks}
-        for i, cell in enumerate(cells):
-            src = nbtools.source(cell)
-            if (nbtools.BEGIN not in src and not any(d == "export" for d, _ in nbtools.directives(src))
-                    and not _only_imports(src)):   # a notebook's imports (12 takes 11's half of course.fused)
-                continue
-            code = nbtools._strip(src)  # the student's cell, their solution typed in (no markers)
-            run_cell(ns, code, f"<{path.stem} cell {i}>")
-            if nbtools.BEGIN in src:  # an exercise: its check is the next cell
-                run_cell(ns, nbtools.source(cells[i + 1]), f"<{path.stem} cell {i + 1}>")
-        out[path.name] = ns
-    return out
+def _notebook_file():
+    """The running notebook's file, where Jupyter says it (JPY_SESSION_NAME, jupyter_server 2), else None."""
+    name = os.environ.get("JPY_SESSION_NAME", "") if in_notebook() else ""
+    return str(Path(name).resolve()) if name.endswith(".ipynb") and Path(name).is_file() else None
 
 
 watch()
-on_pass(record)  # the checks announce each pass; saving it is this module's business

@@ -4,7 +4,7 @@ can rebuild it, and a worker process that compiles it for a real GPU (sm_90) wit
 The simulator runs kernels as Python and never compiles them, so without this a student without a GPU passes
 what fails at the first compile on a GPU (a generator expression, `np.dot`, `try/except`) and float64 arithmetic
 in a float32 kernel passes everywhere. In simulator mode `course.checks.core` starts one worker
-(`python -m course.tools.gate`, in GPU mode: numba-cuda compiles without a driver) and sends it each kernel it
+(`python -m course.runtime.gate`, in GPU mode: numba-cuda compiles without a driver) and sends it each kernel it
 checks, as a JSON line; on a GPU it compiles in its own process (`analyse`). The worker answers with numba's
 reason for refusing the kernel, or the lines that compute in float64."""
 import atexit
@@ -172,7 +172,7 @@ def analyse(kernel, argtypes):
     """Compile kernel for CC with argtypes (numba types) in this GPU-mode process; return dict(error=numba's
     reason or None, float64=[[file, line, function, made], ...]: the statements of the kernel and of the device
     functions it calls that compute in float64, after the assignments of bare numbers they start from, made=True)."""
-    from course.device import compile_errors, float64_statements, numba_reason, pretend_device
+    from course.runtime.device import compile_errors, float64_statements, numba_reason, pretend_device
     with pretend_device(CC):
         try:
             found = float64_statements(kernel, argtypes, CC, called_device_functions(kernel))
@@ -200,7 +200,7 @@ class Worker:
     def __init__(self):
         env = {**os.environ, "COURSE_DEVICE": "gpu", "NUMBA_ENABLE_CUDASIM": "0",
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "course.tools.gate"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "course.runtime.gate"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         self.lock = threading.Lock()
         atexit.register(self.close)

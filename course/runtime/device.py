@@ -10,7 +10,7 @@ import sys
 import threading
 from types import SimpleNamespace
 
-ENV = "COURSE_DEVICE"  # "gpu", "cpu" (the CPU executor, course/cpu.py), "sim" or "auto" (default)
+ENV = "COURSE_DEVICE"  # "gpu", "cpu" (the CPU executor, course/runtime/cpu.py), "sim" or "auto" (default)
 MODES = ("auto", "gpu", "cpu", "sim")
 SET_BY = "COURSE_SET_CUDASIM"  # the NUMBA_ENABLE_CUDASIM value setup() wrote: a child process (a notebook's kernel
                                # started by pytest, a command) that inherits it was not asked for the simulator
@@ -158,14 +158,14 @@ def simulator_enabled():
     return bool(config.ENABLE_CUDASIM)
 
 
-EXECUTOR_NAME = ("CPU executor (no GPU; kernels compiled for the CPU by numba, course/cpu.py; "
+EXECUTOR_NAME = ("CPU executor (no GPU; kernels compiled for the CPU by numba, course/runtime/cpu.py; "
                  "the exercise checks run in numba's CUDA simulator)")
 
 
 def describe(simulator):
     """A dict describing the device the kernels run on."""
     from numba import cuda
-    executor = sys.modules.get("course.cpu")
+    executor = sys.modules.get("course.runtime.cpu")
     if simulator and executor is not None and executor.active():
         return {"mode": "cpu", "name": EXECUTOR_NAME}
     if simulator:
@@ -224,9 +224,9 @@ def internals():
     if version not in WRITTEN_FOR.get(dist, ()):
         known = ", ".join(f"{d} {v}" for d, vs in WRITTEN_FOR.items() for v in vs)
         raise RuntimeError(
-            f"course/device.py patches numba's CUDA simulator and was written for {known}; this is {dist} "
+            f"course/runtime/device.py patches numba's CUDA simulator and was written for {known}; this is {dist} "
             f"{version}. Install the versions in requirements.txt (pip install -r requirements.txt), or check "
-            f"the patches in course/device.py against this version and add it to WRITTEN_FOR.")
+            f"the patches in course/runtime/device.py against this version and add it to WRITTEN_FOR.")
     from numba.cuda.simulator import kernel, kernelapi
     return kernelapi, kernel
 
@@ -631,7 +631,7 @@ _route = []  # the CPU executor's hook, once installed (route_launches)
 
 
 def route_launches(hook):
-    """Offer every launch of a simulator kernel to hook(kernel, grid, block, dynshared, args) first (course.cpu);
+    """Offer every launch of a simulator kernel to hook(kernel, grid, block, dynshared, args) first (course.runtime.cpu);
     it returns True when it ran the launch, False for the simulator to run it. Installed once; idempotent.
 
     Patches `FakeCUDAKernel.__call__` (numba_cuda/numba/cuda/simulator/kernel.py): device functions, and calls

@@ -1,4 +1,7 @@
-"""Small helpers every launcher shares: grid arithmetic and argument checks with clear errors."""
+"""Small helpers every launcher shares: grid arithmetic and argument checks with clear errors; and whether the code
+runs in a notebook."""
+import sys
+
 import numpy as np
 
 
@@ -63,3 +66,9 @@ def grid2d(cols, rows, block):
         raise ValueError(f"{rows:,} rows need {grid[1]:,} blocks of {block[1]} rows in y, more than a GPU's "
                          f"{MAX_GRID_Y:,}: split the rows into launches of at most {MAX_GRID_Y * block[1]:,}")
     return grid
+
+
+def in_notebook():
+    """True in a Jupyter kernel (a notebook run in JupyterLab, by `python -m course execute` or by nbgrader)."""
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    return any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)  # Colab's shell is a subclass

@@ -23,7 +23,7 @@ def hold_kernel(n, sink):
 
 def _note():
     """The note every time carries off the GPU: the CPU executor's while it runs the launches, else the simulator's."""
-    from course.cpu import active
+    from course.runtime.cpu import active
     return CPU_NOTE if active() else SIM_NOTE
 
 

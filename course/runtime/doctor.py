@@ -1,7 +1,7 @@
 """`python -m course doctor`: what this machine runs the course with, and one line with its fix for each problem.
 
 Checks, in order: Python and the numba, numba-cuda, numpy and llvmlite versions against the tested ones
-(course/versions.py); GPU or simulator, and why; on a GPU the driver and the CUDA version it supports, the GPU's
+(course/runtime/versions.py); GPU or simulator, and why; on a GPU the driver and the CUDA version it supports, the GPU's
 compute capability, SMs and shared memory, nvJitLink, and whether the driver takes what numba-cuda builds (a tiny
 kernel compiled, loaded and run: CUDA_ERROR_UNSUPPORTED_PTX_VERSION caught). Exit code 0 when all is well, else 1.
 Every probe is a small function of this module, so the tests fake versions, drivers and GPUs with monkeypatch."""
@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from course import device, versions
+from course.runtime import device, versions
 
 OK, NOTE, PROBLEM = "ok", "note", "PROBLEM"
 OLDEST_DRIVER_CUDA = (12, 0)      # the CUDA 12 wheels (numba-cuda[cu12]) need a driver for CUDA 12.0+: 525 or newer
@@ -78,7 +78,7 @@ def course_mode():
 
 
 def executor():
-    """True when launches run on the CPU executor (course/cpu.py), as `import course` decided."""
+    """True when launches run on the CPU executor (course/runtime/cpu.py), as `import course` decided."""
     import course
     return bool(getattr(course, "CPU", False))
 

@@ -68,7 +68,7 @@ def active():
 
 def enable(on=True):
     """Route launches of simulator kernels to the executor (on) or to the simulator (off) from now on."""
-    from course import device
+    from course.runtime import device
     device.route_launches(_launch)
     _state["on"] = bool(on)
 
@@ -104,7 +104,7 @@ def _launch(kernel, grid, block, dynshared, args):
     py = kernel.py_func
     if dynshared:
         return _fallback(py, "dynamic shared memory (a 4th launch argument)")
-    from course import device
+    from course.runtime import device
     arrays = tuple(device.host_view(a) for a in args)
     try:
         key = (py, tuple(block), tuple(_typeof(a) for a in arrays))
@@ -128,7 +128,7 @@ def _launch(kernel, grid, block, dynshared, args):
 def _ix(i):
     """An index into an array in a kernel, refused when negative (numba and NumPy would wrap it to the end)."""
     if i < 0:
-        from course.device import negative_index
+        from course.runtime.device import negative_index
         raise IndexError(negative_index(i))
     return i
 
@@ -242,7 +242,7 @@ def _fallback(py, why):
     if py not in _notes:
         _notes[py] = why
         if not str(py.__module__).startswith("course."):
-            print(f"course.cpu: {py.__name__} runs in the simulator: the {NAME} does not support {why}",
+            print(f"course.runtime.cpu: {py.__name__} runs in the simulator: the {NAME} does not support {why}",
                   file=sys.stderr)
     return False
 
