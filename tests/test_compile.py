@@ -95,9 +95,11 @@ def test_only_course_fused_depends_on_the_target():
 def test_signature_table_lists_every_kernel():
     from course.tools.compile import kernels_in
     found = set()
-    for m in pkgutil.iter_modules(course.__path__):
-        if m.name == "__main__" or m.ispkg:  # course.tools and course.checks define no kernel
-            continue
-        module = importlib.import_module(f"course.{m.name}")
-        found |= {f"course.{m.name}:{k}" for k in kernels_in(module)}
+    import course.runtime
+    for pkg in (course, course.runtime):  # the lessons and the runtime; course.tools and course.checks define none
+        for m in pkgutil.iter_modules(pkg.__path__):
+            if m.name == "__main__" or m.ispkg:
+                continue
+            name = f"{pkg.__name__}.{m.name}"
+            found |= {f"{name}:{k}" for k in kernels_in(importlib.import_module(name))}
     assert found == set(all_signatures()), "list the new kernels in their topic's table of course/tools/signatures.py"

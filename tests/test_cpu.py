@@ -290,7 +290,7 @@ def ones_kernel(out):
 def test_a_kernel_that_never_ends_stops_at_the_deadline_in_one_line(executor, monkeypatch):
     """Issue 47 item 7: numba's compiled loops poll the clock (cpu._Guard); the simulator's deadline applies."""
     import time
-    from course import device
+    from course.runtime import device
     flag, out = d(np.zeros(1, np.int32)), d(np.zeros(64, np.float32))
     ones_kernel[1, 32](out)                       # compiled before the clock starts
     wait_kernel[1, 32](d(np.ones(1, np.int32)), out)

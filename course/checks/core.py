@@ -926,7 +926,7 @@ def only_blocks(keep):
     if not course.SIMULATOR:
         yield
         return
-    from course import device
+    from course.runtime import device
     device.patch_simulator()
     _, kernel = device.internals()
     real = kernel.BlockManager.run

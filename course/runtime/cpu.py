@@ -210,7 +210,7 @@ def _watched(name):
     """Run a launch under the simulator's deadline (course.device.launch_deadline, $COURSE_SIM_DEADLINE) and stop it
     at a Ctrl-C: one line naming the kernel either way. A Ctrl-C is recorded (as _ctrl_c_after does) and seen by
     the compiled loops through _poll; one that comes as the launch ends is raised after it."""
-    from course import device
+    from course.runtime import device
     limit = device.launch_deadline()
     _watch["deadline"], got = time.monotonic() + limit, []
     _watch["ctrl_c"] = got
