@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import course
+import course.runtime
 from course.runtime import device
 from course.tools import compile
 from course.tools.signatures import all_signatures
@@ -95,7 +96,6 @@ def test_only_course_fused_depends_on_the_target():
 def test_signature_table_lists_every_kernel():
     from course.tools.compile import kernels_in
     found = set()
-    import course.runtime
     for pkg in (course, course.runtime):  # the lessons and the runtime; course.tools and course.checks define none
         for m in pkgutil.iter_modules(pkg.__path__):
             if m.name == "__main__" or m.ispkg:
