@@ -203,6 +203,23 @@ def test_bench_table_shows_in_the_student_copy_of_13():
     assert "H200" in out and "test acc" in out and "yet" not in out, out
 
 
+def test_01_unsolved_1_1_falls_back_to_the_courses_parser(capsys):
+    """Issue 47: with 1.1 left unwritten, the cell after its check puts the course's parse_idx_header in its place
+    (one line says so), so 01's later cells still read the files; once the student's is written it stays theirs."""
+    import course.data
+    from course.mine import run_cell
+    cells = [c for c in nbtools.read(nbtools.EXERCISES / "01_data.ipynb")["cells"] if c["cell_type"] == "code"]
+    upto = [c for c in cells[:[c["id"] for c in cells].index("c011") + 1] if c["id"] != "c010"]  # the check aside
+    ns = {"__name__": "__main__"}
+    for cell in upto:
+        run_cell(ns, nbtools.source(cell), f"<01 {cell['id']}>")
+    assert ns["parse_idx_header"] is course.data.parse_idx_header
+    assert "1.1 not written yet" in capsys.readouterr().out
+    mine = {"__name__": "__main__", "parse_idx_header": lambda buf: None, "is_stub": ns["is_stub"]}
+    run_cell(mine, nbtools.source(next(c for c in cells if c["id"] == "c010f")), "<01 c010f>")
+    assert mine["parse_idx_header"] is not course.data.parse_idx_header and capsys.readouterr().out == ""
+
+
 def run_student(path, notebook):
     client = NotebookClient(notebook, timeout=900, kernel_name="python3",
                             resources={"metadata": {"path": str(nbtools.EXERCISES)}})
