@@ -1,4 +1,4 @@
-"""GPU training from scratch: the course's shared package. Importing it picks the GPU or the simulator."""
+"""GPU training from scratch: the course's package. Importing it picks the GPU, the CPU executor or the simulator."""
 import os as _os
 import sys as _sys
 

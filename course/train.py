@@ -4,6 +4,7 @@
 # %% notebooks/06_train.ipynb cell c005
 """The training loop (notebook 06): parameters, one training step, evaluation, and fit() over epochs."""
 import math
+import sys
 import time
 
 import numpy as np
@@ -118,12 +119,18 @@ def fit(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, 
     buf = buffers(batch_size, hidden)
     Xb, yb = cuda.device_array((batch_size, X_train.shape[1]), np.float32), cuda.device_array(batch_size, y_d.dtype)
     hist = dict(step=[], loss=[], epoch=[], snapshots=[params.flat.copy_to_host()], snapshot_steps=[0])
+    if course.runs_on() != "sim":   # one untimed step on spare parameters compiles every kernel before the clock
+        spare = init_params(hidden, seed, n_in=X_train.shape[1])
+        first = cuda.to_device(np.arange(batch_size))
+        train_step(gather(X_d, first, out=Xb), gather_labels(y_d, first, out=yb), spare, spare.zeros_like(),
+                   make_optimizer(optimizer, spare, lr, **opt_kw), buf)
+        cuda.synchronize()
 
     def one_epoch(epoch, perm, step):
         """A train_step on each batch of perm (host ints), logging every log_every-th loss; returns the steps so far."""
         perm_d = cuda.to_device(perm)                                        # one copy per epoch
         for k in tqdm(range(0, n, batch_size), desc=f"epoch {epoch}/{epochs}", disable=not progress,
-                      mininterval=1.0):
+                      mininterval=1.0, file=sys.stdout):                   # stdout: not painted red as stderr
             if step == max_steps:
                 break
             idx = perm_d[k:k + batch_size]

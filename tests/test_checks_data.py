@@ -170,6 +170,15 @@ def test_header_solution_with_extra_validation_passes(capsys):
 ROWS_64 = ("r < out.shape[0]", "r < min(out.shape[0], 64)")  # a row guard hard-coded to the notebook's batch of 64
 
 
+def test_hint_answer_of_1_1_is_code_that_passes_its_check(capsys):
+    """hint("1.1", level=3) is the answer, runnable as written (it was pseudo-code: issue 47)."""
+    import textwrap
+    names = {"np": np}
+    exec(compile(textwrap.dedent(core.HINTS["1.1"]), "<hint 1.1>", "exec"), names)
+    checks.check_parse_idx_header(names["parse_idx_header"])
+    assert "1.1 passed" in capsys.readouterr().out
+
+
 def test_gather_row_guard_hard_coded_to_the_batch_rejected():
     rejects(checks.check_gather_kernel, mutant(gather_kernel, *ROWS_64), "Exercise 1.3", ["never written"])
 

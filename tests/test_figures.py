@@ -430,10 +430,10 @@ FIGURES = [
     Fig("05", "c049", r"(100) times steeper", calc(lambda: 100 / 1, why="the curvatures 100 and 1")),
     Fig("05", "c049", r"\(([\d.]+)% closer per step\)", calc(lambda: 100 * 0.019 * 1, why="lr · smallest curvature")),
     # --- 06 ---
-    Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)", Json(BENCH, "rows[impl=pytorch_eager].test_acc")),
-    Fig("06", "c016", r"test accuracy as this loop, (0\.\d+)",
+    Fig("06", "c016", r"test accuracy as this loop did there, (0\.\d+)", Json(BENCH, "rows[impl=pytorch_eager].test_acc")),
+    Fig("06", "c016", r"test accuracy as this loop did there, (0\.\d+)",
         Out("06", "c017", r"epoch  3 .*?test accuracy (0\.\d+)")),
-    Fig("06", "c016", r"about ([\d.]+) s per epoch on the H200", Qty("PyTorch eager epoch, ms", 1e-3)),
+    Fig("06", "c016", r"takes about ([\d.]+) s per epoch\.", Qty("PyTorch eager epoch, ms", 1e-3)),
     Fig("06", "c020", r"about ([\d.]+) % test accuracy",
         calc(lambda a: 100 * a, Out("06", "c022", r"test accuracy: ([\d.]+)"))),
     Fig("06", "c020", r"against ([\d.]+) % for plain SGD",

@@ -104,9 +104,9 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     cell = nbtools.source(nbtools.read(nbtools.EXERCISES / "06_train.ipynb")["cells"][-1])
     run_cell(dict(course=course, sgd_run=sgd_run, best_run=mine_run), cell, "<06 payoff>")
     out = capsys.readouterr().out
-    assert "10 of 10 pieces run your code" in out and row(out, "4.3") == "yours"
+    assert "12 of 12 pieces run your code" in out and row(out, "4.3") == row(out, "6.1") == "yours"
     assert f"test accuracy {sgd_run['epoch'][-1]['test_acc']:.4f}" in out                # course.runtime.mine.trained's line
-    assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out, out
+    assert "every one of its 2 steps on your kernels (11 of 11 pieces yours)" in out, out
     for name in ("07_landscape.ipynb", "13_epoch.ipynb"):  # 07's and 13's last cells, the same way
         cell = nbtools.source(nbtools.read(nbtools.EXERCISES / name)["cells"][-1])
         run_cell(dict(course=course, run=mine_run, plain_run=mine_run, fused_run=mine_run, plain_s=0.5), cell,
@@ -151,6 +151,25 @@ def test_a_solution_edited_after_passing_or_failing_its_check_is_not_used(tmp_pa
     finally:
         mine.use_course()
         InteractiveShell.clear_instance()
+
+
+def test_06_payoff_counts_the_notebooks_own_train_step_and_evaluate(tmp_path, monkeypatch, capsys):
+    """Issue 47: 06's fit calls the student's train_step and evaluate (6.1, 6.2, the notebook's own cells) on every
+    step, whatever use_mine() found saved: the payoff counts them as theirs (it said "0 of 9 pieces yours")."""
+    monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
+    try:
+        mine.use_mine(quiet=True)                        # a fresh student: nothing of 01-05 saved
+        run = dict(epoch=[dict(test_acc=0.9272)], steps=937, device="cpu",
+                   setup=dict(n_train=59968, n_in=784, hidden=128, batch_size=64))
+        cell = nbtools.source(nbtools.read(nbtools.EXERCISES / "06_train.ipynb")["cells"][-1])
+        capsys.readouterr()
+        mine.run_cell(dict(course=course, sgd_run=run, best_run=run), cell, "<06 payoff>")
+        out = capsys.readouterr().out
+        assert "2 of 12 pieces run your code" in out and row(out, "6.1") == row(out, "6.2") == "yours", out
+        assert row(out, "2.3") == "course's: never checked", out
+        assert out.count("on your kernels where they passed (2 of 11 pieces yours, the others the course's)") == 2
+    finally:
+        mine.use_course()
 
 
 def test_report_names_a_solution_that_passed_after_use_mine(tmp_path, monkeypatch, capsys):

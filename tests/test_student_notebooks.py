@@ -132,7 +132,7 @@ def simulator_sentences(nb):
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
             text = " ".join(nbtools.source(cell).split())
-            for sentence in re.split(r"(?<=[.:;])\s+(?=[A-Z(`])", text):
+            for sentence in re.split(r"(?<=[.:;])\s+(?=[A-Z(`])|(?<=;)\s+", text):  # a clause after ";" too
                 if re.search("simulator", sentence, re.I) and not SIMULATOR_CONTEXT.search(sentence):
                     yield cell.get("id"), sentence
 
@@ -151,7 +151,8 @@ def test_the_simulator_scan_catches_the_old_sentences():
     """The scan above flags the sentences issue 47 found (the executor called the simulator)."""
     old = ["In the simulator we take only a few images: it runs about 5,000 GPU threads per second.",
            "On the GPU we use all 60,000 training images; in the simulator a few hundred.",
-           "(The same problem runs on the GPU and in the simulator; only the number of steps differs.)"]
+           "(The same problem runs on the GPU and in the simulator; only the number of steps differs.)",
+           "The simulator has no warp shuffles, so the measurement runs only on a GPU; in the simulator it says so."]
     nb = {"cells": [{"cell_type": "markdown", "id": str(k), "source": s} for k, s in enumerate(old)]}
     assert len(list(simulator_sentences(nb))) == len(old)
     nb["cells"][0]["source"] = "In the simulator alone (`COURSE_DEVICE=sim`) we take a few images."
@@ -201,6 +202,23 @@ def test_bench_table_shows_in_the_student_copy_of_13():
                    resources={"metadata": {"path": str(nbtools.EXERCISES)}}).execute()
     out = "".join(o.get("text", "") for o in nb.cells[1].outputs)
     assert "H200" in out and "test acc" in out and "yet" not in out, out
+
+
+def test_01_unsolved_1_1_falls_back_to_the_courses_parser(capsys):
+    """Issue 47: with 1.1 left unwritten, the cell after its check puts the course's parse_idx_header in its place
+    (one line says so), so 01's later cells still read the files; once the student's is written it stays theirs."""
+    import course.data
+    from course.mine import run_cell
+    cells = [c for c in nbtools.read(nbtools.EXERCISES / "01_data.ipynb")["cells"] if c["cell_type"] == "code"]
+    upto = [c for c in cells[:[c["id"] for c in cells].index("c011") + 1] if c["id"] != "c010"]  # the check aside
+    ns = {"__name__": "__main__"}
+    for cell in upto:
+        run_cell(ns, nbtools.source(cell), f"<01 {cell['id']}>")
+    assert ns["parse_idx_header"] is course.data.parse_idx_header
+    assert "1.1 not written yet" in capsys.readouterr().out
+    mine = {"__name__": "__main__", "parse_idx_header": lambda buf: None, "is_stub": ns["is_stub"]}
+    run_cell(mine, nbtools.source(next(c for c in cells if c["id"] == "c010f")), "<01 c010f>")
+    assert mine["parse_idx_header"] is not course.data.parse_idx_header and capsys.readouterr().out == ""
 
 
 def run_student(path, notebook):
@@ -299,8 +317,8 @@ def test_student_notebook_with_solutions_runs_to_the_end(path):
         assert last < first / 2, (first, last)                 # the curve falls
         accuracies = [float(a) for a in re.findall(r"^test accuracy: ([\d.]+)$", text, re.M)]
         assert len(accuracies) == 2 and min(accuracies) >= 0.85, accuracies
-    if path.name in ("06_train.ipynb", "07_landscape.ipynb"):
-        labels_tell_the_truth(text)
+    if path.name in ("06_train.ipynb", "07_landscape.ipynb"):   # 06's fit ran the notebook's train_step, evaluate
+        labels_tell_the_truth(text, own=("6.1", "6.2") if path.name == "06_train.ipynb" else ())
 
 
 WHERE = {"cpu": "on the CPU executor", "sim": "in numba's CUDA simulator", "gpu": "on the GPU"}
@@ -308,7 +326,7 @@ TRAINED_RE = re.compile(r"^(.+): test accuracy ([\d.]+) \((\d+)-(\d+)-10 on ([\d
                         r"(\d+)\): (.+)$", re.M)
 
 
-def labels_tell_the_truth(text):
+def labels_tell_the_truth(text, own=()):
     """The payoff's lines (course.runtime.mine.trained) say whose kernels trained the network, where, at which sizes; they
     agree with the table printed above them, and nothing calls the NumPy twin's result the student's."""
     import os
@@ -316,7 +334,7 @@ def labels_tell_the_truth(text):
     from course.runtime import mine
     assert re.search(r"\d+ of \d+ pieces run your code", text), "no table of whose kernels ran"
     rows = dict(re.findall(r"^  (\d+\.\d+)  .{36} (yours|course's)", text, re.M))   # the table: piece -> whose
-    kernels = set(mine.STEP_PIECES) | set(mine.UPDATE.values())                     # what a training step runs
+    kernels = set(mine.STEP_PIECES) | set(mine.UPDATE.values()) | set(own)          # what a training step runs
     yours = sum(rows.get(k) == "yours" for k in kernels)
     lines = TRAINED_RE.findall(text)
     assert lines, "no line saying what trained the network"

@@ -68,3 +68,25 @@ MEANINGLESS_OFF_GPU = re.compile(r"per epoch of \d|TFLOP/s|clock_report\(|speed-
 def test_figures_that_mean_nothing_off_a_gpu_wait_for_one(name, cid, src):
     """Such a cell prints them on a GPU only: off it, timing.on_gpu says why in one line and points to the saved run."""
     assert "timing.on_gpu(" in src, f"{name} {cid}: prints a figure that means nothing without a GPU"
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_05_draws_the_h200_bandwidth_line_on_a_gpu_only(gpu, monkeypatch, capsys):
+    """05 c028 (issue 47): the 4.8 TB/s line prices an H200's memory; against CPU timings it means nothing, so off a
+    GPU the plot leaves it out and one line says why."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    monkeypatch.setattr(course, "SIMULATOR", not gpu)
+    monkeypatch.setattr(plt, "show", lambda: None)
+    src = next(s for n, cid, s in cells() if n.startswith("05") and cid == "c028")
+    sizes = [1_000, 100_000, 10_000_000]
+    ns = dict(course=course, timing=timing, np=np, plt=plt, sizes=sizes, step_time={n: 3e-5 for n in sizes},
+              times={"the bare launch, no argument checks": 2e-5})
+    exec(compile(src, "<05 c028>", "exec"), ns)
+    labels = [line.get_label() for line in plt.gca().get_lines()]
+    plt.close("all")
+    assert ("12 bytes/parameter at 4.8 TB/s" in labels) == gpu, labels
+    out = capsys.readouterr().out
+    assert (out.count("\n") == 1 and "no GPU" in out) if not gpu else out == "", out

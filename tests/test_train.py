@@ -4,12 +4,15 @@ import json
 import os
 import subprocess
 import sys
+import time
+import types
 
 import numpy as np
 import pytest
 
 from course.data import load_mnist
 from course.grad import mlp_grads_ref, mlp_loss_ref
+import course.cpu
 import course.train
 from course.train import fit, fit_ref, fit_sim, pool
 from course.update import Diverged, adam_ref, momentum_ref, sgd_ref
@@ -93,6 +96,32 @@ def test_fit_sim_checks_the_kernels_against_the_twin(small, monkeypatch, capsys)
     monkeypatch.setattr(course.train, "train_step", wrong_step)
     with pytest.raises(AssertionError, match="differ from the NumPy twin"):
         fit_sim(X, y, Xt, yt, kernel_steps=2, **kw)
+
+
+@pytest.mark.slow
+def test_fit_compiles_before_the_clock_and_draws_its_bars_on_stdout(small, monkeypatch, capsys):
+    """Issue 47: an epoch's seconds exclude numba's compile (one untimed step on spare parameters first, the real
+    parameters untouched by it), and tqdm's bars go to stdout, which Jupyter does not paint red."""
+    X, y, Xt, yt = small
+    events, right = [], course.train.train_step
+
+    def step(Xb, yb, params, grads, opt, buf):
+        events.append(params)
+        return right(Xb, yb, params, grads, opt, buf)
+
+    def clock():
+        events.append("clock")
+        return time.perf_counter()
+
+    monkeypatch.setattr(course.train, "train_step", step)
+    monkeypatch.setattr(course.train, "time", types.SimpleNamespace(perf_counter=clock))
+    with course.cpu.running():                                         # the executor: where it compiles
+        hist = fit(X, y, Xt, yt, hidden=5, epochs=1, batch_size=8, log_every=1)
+    warm, trained = events[0], [e for e in events[events.index("clock"):] if e != "clock"]
+    assert warm != "clock" and warm is not hist["params"], "the first step must run before the clock, on spares"
+    assert len(trained) == 6 and all(p is hist["params"] for p in trained)
+    out, err = capsys.readouterr()
+    assert "epoch 1/1" in out and "epoch 1/1" not in err
 
 
 @pytest.mark.slow

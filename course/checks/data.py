@@ -13,11 +13,15 @@ from course.runtime.util import cdiv
     "negative. The dtype is a NumPy dtype object, not a string. Before each read: is the buffer long enough? "
     "A size of 0 (a file of no items) is valid.",
 ), more="""\
-  magic = buf[0:4]: bytes 0 and 1 must both be 0, byte 2 is the type code, byte 3 = ndim (at least 1)
-  check len(buf) >= 4 before reading the magic, and len(buf) >= 4 + 4 * ndim before reading the sizes
-  shape = tuple(int.from_bytes(buf[4 + 4*k : 8 + 4*k], "big") for k in range(ndim))   # Python ints
-  dtype = np.dtype(">u1" / ">i1" / ">i2" / ">i4" / ">f4" / ">f8" for codes 08 09 0B 0C 0D 0E)
-  return dtype, shape, 4 + 4 * ndim      # a header with no payload byte after it is still valid""")
+  def parse_idx_header(buf):
+      codes = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+      if len(buf) < 4 or buf[0] != 0 or buf[1] != 0 or buf[2] not in codes or buf[3] == 0:
+          raise ValueError(f"not an IDX header: magic {bytes(buf[:4]).hex()}")  # 00 00, a code, ndim >= 1
+      ndim = buf[3]
+      if len(buf) < 4 + 4 * ndim:
+          raise ValueError(f"{ndim} dimensions need {4 + 4 * ndim} header bytes, got {len(buf)}")
+      shape = tuple(int.from_bytes(buf[4 + 4 * k:8 + 4 * k], "big") for k in range(ndim))  # unsigned: Python ints
+      return np.dtype(codes[buf[2]]), shape, 4 + 4 * ndim  # a header with no payload byte after it is valid""")
 def check_parse_idx_header(parse_idx_header, seed=0):
     """Exercise 1.1: random valid headers parse to (dtype, shape, offset); malformed ones raise ValueError.
 

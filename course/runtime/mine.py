@@ -202,9 +202,10 @@ def use_mine(keys=None, quiet=False, label="course.use_mine()"):
 _LAST = {}  # the status() of the last use_mine(), for report()
 
 
-def report(keys=None):
+def report(keys=None, own=()):
     """Print whose code the last use_mine() put in place, for `keys` (default: every piece); return those lines.
-    A piece whose check passed after that use_mine() says so: it runs once use_mine() is called again."""
+    A piece whose check passed after that use_mine() says so: it runs once use_mine() is called again. `own`: pieces
+    the notebook's own cells define and its loop calls (06's train_step, evaluate): the student's whatever was saved."""
     if not _LAST:
         lines = ["course.use_mine() was not called in this process: the course's own kernels ran everywhere"]
     else:
@@ -213,6 +214,7 @@ def report(keys=None):
         for k, (fn, _) in now.items():
             if fn is not None:
                 shown[k] = (None, "passed since course.use_mine() ran: call it again")
+        shown.update({k: (True, "yours") for k in own if k in shown})
         lines = table(shown)
         if keys is not None:  # the pieces of a run: what it ran that has no exercise, as use_mine(keys) says
             lines.append(f"  always the course's: {ALWAYS_COURSE}")
@@ -229,9 +231,10 @@ WHERE = {"gpu": "on the GPU", "cpu": "on the CPU executor (kernels compiled for 
          "sim": "in numba's CUDA simulator"}
 
 
-def whose(keys):
-    """Whose kernels run these pieces now: "your kernels", "the course's kernels", or yours where they passed."""
-    mine = [k for k in keys if k in _INSTALLED]
+def whose(keys, own=()):
+    """Whose kernels run these pieces now: "your kernels", "the course's kernels", or yours where they passed.
+    `own`: pieces the notebook's own cells define (as report's), the student's."""
+    mine = [k for k in keys if k in _INSTALLED or k in own]
     if len(mine) == len(keys):
         return f"your kernels ({len(mine)} of {len(keys)} pieces yours)"
     if not mine:
@@ -239,17 +242,18 @@ def whose(keys):
     return f"your kernels where they passed ({len(mine)} of {len(keys)} pieces yours, the others the course's)"
 
 
-def trained(run, name, keys):
+def trained(run, name, keys, own=()):
     """One line that says what trained `run` (a history of notebook 06's fit, fit_sim or fit_ref): whose kernels,
-    on which device, at which sizes, for how many of its steps; and its final test accuracy."""
+    on which device, at which sizes, for how many of its steps; and its final test accuracy. `own`: as report's."""
     setup, acc = run.get("setup", {}), run["epoch"][-1]["test_acc"]
     sizes = (f"{setup.get('n_in', '?')}-{setup.get('hidden', '?')}-10 on {setup.get('n_train', 0):,} images, "
              f"{len(run['epoch'])} epoch{'s' if len(run['epoch']) > 1 else ''} of batch {setup.get('batch_size')}")
     head = f"{name}: test accuracy {acc:.4f} ({sizes})"
     if run.get("device") == "numpy":
         k = run.get("kernel_steps", 0)
-        kernels = (f"steps 1-{k} on {whose(keys)} {WHERE[run.get('kernel_device', 'sim')]}, checked equal to the "
+        kernels = (f"steps 1-{k} on {whose(keys, own)} {WHERE[run.get('kernel_device', 'sim')]}, checked equal to the "
                    "NumPy twin; the twin (fit_ref, NumPy on the host) trained the rest and made this accuracy") if k             else "trained by the NumPy twin (fit_ref, on the host), not by kernels"
         return f"{head}: {kernels}"
-    rest = f", with the course's {ALWAYS_COURSE}" if any(k in _INSTALLED for k in keys) else ""  # no exercise
-    return f"{head}: every one of its {run.get('steps', '?')} steps on {whose(keys)} {WHERE[run['device']]}{rest}"
+    yours = any(k in _INSTALLED or k in own for k in keys)
+    rest = f", with the course's {ALWAYS_COURSE}" if yours else ""  # no exercise
+    return f"{head}: every one of its {run.get('steps', '?')} steps on {whose(keys, own)} {WHERE[run['device']]}{rest}"

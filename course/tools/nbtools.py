@@ -337,10 +337,11 @@ MINE_PAYOFF = {  # notebook -> (markdown, code) appended to its student copy
         "check failed), and under it what a step runs that no exercise wrote (always the course's); the lines "
         "after say, for each run, what trained it, where and at which sizes. "
         "`python -m course train --mine` does the same from the command line.",
+        "own = (\"6.1\", \"6.2\")  # train_step and evaluate: this notebook's cells, which fit() called\n"
         "course.runtime.mine.report([\"1.3\", \"2.3\", \"3.1\", \"3.2\", \"3.3\", \"4.1\", \"4.2\", \"4.3\", "
-        "\"5.1\", \"5.2\"])  # the pieces fit() ran\n"
+        "\"5.1\", \"5.2\", *own], own=own)  # the pieces fit() ran\n"
         "for run, name, optimizer in ((sgd_run, \"SGD\", \"sgd\"), (best_run, \"momentum\", \"momentum\")):\n"
-        "    print(course.runtime.mine.trained(run, name, course.runtime.mine.step_pieces(optimizer)))"),
+        "    print(course.runtime.mine.trained(run, name, course.runtime.mine.step_pieces(optimizer) + own, own=own))"),
     "07_landscape.ipynb": (
         "## Your kernels drew these pictures\n\n"
         "`course.use_mine()` in the first cell put your passing kernels from notebooks 01-06 in place of the "
