@@ -34,11 +34,11 @@ WRONG_CONSTANT = ("255.0", "256.0")
     bug("integer division", ["expected"], ("x[i] / np.float32(255.0)", "x[i] // 255")),
     # forgets blockIdx: only the first block's worth of elements gets written
     bug("forgets blockIdx", ["never written"], ("cuda.grid(1)", "cuda.threadIdx.x")),
-    # issue 47 item 11: the threads past the end skip the barrier; the simulator's results came out right
+    # the threads past the end skip the barrier; the simulator's results came out right
     bug("a barrier only some threads reach", ["cuda.syncthreads() on line", "depends on the thread"],
         ("    if i < out.size:    # the last block", "    if i < out.size:\n        cuda.syncthreads()\n"
                                                     "    if i < out.size:    # the last block")),
-    # issue 47 item 9: off by one twice; NumPy's wrap of out[-1] made it right, the course refuses the index
+    # off by one twice; NumPy's wrap of out[-1] made it right, the course refuses the index
     bug("indexes from -1", ["index -1 is negative"], ("i < out.size", "i <= out.size"),
         ("out[i] = x[i]", "out[i - 1] = x[i - 1]")),
 ])
@@ -165,13 +165,13 @@ def test_header_solution_with_extra_validation_passes(capsys):
     assert "✓ Exercise 1.1 passed" in capsys.readouterr().out
 
 
-# --- issue 48: answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
+# --- answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
 
 ROWS_64 = ("r < out.shape[0]", "r < min(out.shape[0], 64)")  # a row guard hard-coded to the notebook's batch of 64
 
 
 def test_hint_answer_of_1_1_is_code_that_passes_its_check(capsys):
-    """hint("1.1", level=3) is the answer, runnable as written (it was pseudo-code: issue 47)."""
+    """hint("1.1", level=3) is the answer, runnable as written (it was pseudo-code)."""
     import textwrap
     names = {"np": np}
     exec(compile(textwrap.dedent(core.HINTS["1.1"]), "<hint 1.1>", "exec"), names)
@@ -184,7 +184,7 @@ def test_gather_row_guard_hard_coded_to_the_batch_rejected():
 
 
 def test_checks_of_notebooks_01_to_05_state_their_domain():
-    """Issue 48: each check's docstring lists the inputs it tries (sizes, values, calls, types)."""
+    """each check's docstring lists the inputs it tries (sizes, values, calls, types)."""
     from conftest import registered_checks
     mine = {k: fn for k, (module, fn) in registered_checks().items()
             if module.__name__.rsplit(".", 1)[1] in ("data", "forward", "loss", "grad", "update")}
@@ -195,7 +195,7 @@ def test_checks_of_notebooks_01_to_05_state_their_domain():
 
 @pytest.mark.parametrize("key", ["bytes(buf[:4])", "len(buf)"], ids=["by magic", "by length"])
 def test_header_cached_across_calls_rejected(key):
-    # issue 48's class "never called twice": the first result for a magic (or a length) comes back for every
+    # the class "never called twice": the first result for a magic (or a length) comes back for every
     # later header that shares it; the check parses 24 headers in one process, many sharing both
     wrong = mutant(parse_idx_header, "    return np.dtype(IDX_TYPES[code]), shape, offset",
                    f"    return _CACHE.setdefault({key}, (np.dtype(IDX_TYPES[code]), shape, offset))",

@@ -91,7 +91,7 @@ def test_linear_check_rejects(edits):
         checks.check_linear_kernel(mutated(linear_kernel, *edits))
 
 
-# --- issue 48: answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
+# --- answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
 # Classes: a row guard hard-coded to the notebook's batch (64), a sum over at most 64 terms (the notebook's K is
 # 784), an output written only where the sum is non-zero (random inputs never sum to exactly 0), a ReLU applied
 # only when the flag equals 1 (the spec: any non-zero value).

@@ -54,7 +54,7 @@ def test_dhidden_check_rejects(old, new):
         checks.check_dhidden_kernel(mutant(dhidden_kernel, old, new))
 
 
-# --- issue 48: answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
+# --- answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
 # Classes: a row guard hard-coded to the notebook's batch (64), a sum over at most 64 rows, an output written only
 # where it is non-zero (random probabilities are never exactly 0 or 1, random products never sum to exactly 0).
 

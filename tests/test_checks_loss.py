@@ -265,7 +265,7 @@ def test_reduction_that_reduces_in_x_itself_rejected():
     rejects(checks.check_sum_kernel, wrong, "Exercise 3.2", ["wrote into its input x"])
 
 
-# --- issue 48: answers that fit only the notebook's inputs (sizes, values, one call), planted before the check
+# --- answers that fit only the notebook's inputs (sizes, values, one call), planted before the check
 # changed: a row guard hard-coded to the notebook's batch (64), a sum that adds only positive values (the spec
 # allows any float32), a launcher that caches its result across calls ---
 

@@ -113,7 +113,7 @@ def test_cases_are_random_odd_sized_multi_step_and_varied():
         checks.check_adam_kernel(adam_kernel)
     finally:
         checks.run_inplace_steps, checks._run_extra = original
-    # issue 48's domain: past twice the course's largest parameter buffer, values of 1e-7 at a tolerance of that
+    # the domain: past twice the course's largest parameter buffer, values of 1e-7 at a tolerance of that
     # scale, gradients exactly 0
     assert len(extra) == 6
     assert sum(c["state"][0].size > 2 * core.LARGEST_FLAT and c["state"][0].size % c["block"] != 0 for c in extra) == 3
@@ -157,7 +157,7 @@ def test_a_wrong_state_array_is_named_before_the_parameters(check, solution, exe
     assert says in msg, msg
 
 
-# --- issue 48: answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
+# --- answers that fit only the notebook's inputs (sizes, values), planted before the check changed ---
 # Classes: a guard against the MLP's parameter count (FlatParams of 784-256-10 holds 203,530 floats: the check's
 # sizes stopped at 131,072 on a GPU and 301 in the simulator), gradients below a threshold (or exactly 0, as a
 # dead ReLU unit's are) skipped.

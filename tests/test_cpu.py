@@ -217,7 +217,7 @@ def unguarded_kernel(x, out):
 
 
 def test_out_of_bounds_raises_index_error(executor):
-    """Issue 47 item 10: numba's compiled code says only 'index is out of bounds'; the executor runs the failing
+    """numba's compiled code says only 'index is out of bounds'; the executor runs the failing
     block again as Python, which names the kernel, the line, the block, the thread, the index and the size."""
     line = unguarded_kernel.py_func.__code__.co_firstlineno + 4
     with pytest.raises(IndexError) as e:
@@ -255,7 +255,7 @@ def shift_kernel(a, out):
 
 
 def test_a_negative_index_is_out_of_bounds_on_the_executor_and_in_the_simulator():
-    """Issue 47 item 9: both refused it as out of bounds instead of writing the array's last element."""
+    """both refused it as out of bounds instead of writing the array's last element."""
     line = shift_kernel.py_func.__code__.co_firstlineno + 5
     says = "index -1 is negative: out of bounds"
     for where, prefix in ((cpu.running, f"shift_kernel, line {line}, block 0, thread 0: "),
@@ -288,7 +288,7 @@ def ones_kernel(out):
 
 
 def test_a_kernel_that_never_ends_stops_at_the_deadline_in_one_line(executor, monkeypatch):
-    """Issue 47 item 7: numba's compiled loops poll the clock (cpu._Guard); the simulator's deadline applies."""
+    """numba's compiled loops poll the clock (cpu._Guard); the simulator's deadline applies."""
     import time
     from course.runtime import device
     flag, out = d(np.zeros(1, np.int32)), d(np.zeros(64, np.float32))
@@ -307,7 +307,7 @@ def test_a_kernel_that_never_ends_stops_at_the_deadline_in_one_line(executor, mo
 
 
 def test_a_ctrl_c_stops_a_launch_on_the_executor(executor):
-    """Issue 47 item 7: a Ctrl-C during a launch that never ends stops it, in one line naming the kernel."""
+    """a Ctrl-C during a launch that never ends stops it, in one line naming the kernel."""
     import signal
     import threading
     import time
@@ -507,7 +507,7 @@ def shuffle_kernel(x, out):
 
 
 def test_a_warp_shuffle_says_in_one_line_that_it_needs_a_gpu():
-    """Issue 47 item 12: the executor used to promise a simulator run that ended in an AttributeError."""
+    """the executor used to promise a simulator run that ended in an AttributeError."""
     from course.runtime.device import NotSimulable
     x, out = d(np.ones(32, np.float32)), d(np.zeros(32, np.float32))
     for where in (cpu.running, cpu.simulating):

@@ -488,7 +488,7 @@ def test_an_interrupted_launch_leaves_no_thread_running():
     (1, 0, "the block's x is 0: every size"),
 ])
 def test_a_launch_a_gpu_refuses_is_refused_on_the_executor_and_in_the_simulator(grid, block, says):
-    """Issue 47 item 8: CUDA's launch limits, checked in one place (device.check_launch) for both, before any
+    """CUDA's launch limits, checked in one place (device.check_launch) for both, before any
     thread runs (k[2**31, 1024] used to run for minutes; k[0, 32] did nothing)."""
     from course.runtime import cpu
     out = cuda.to_device(np.zeros(64, np.float32))

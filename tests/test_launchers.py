@@ -187,7 +187,7 @@ def test_gather_indices_are_the_callers_job_as_documented():
     assert "NOT checked" in gather.__doc__ and "IndexError" in gather.__doc__ and "-1" in gather.__doc__
     with pytest.raises(IndexError):
         gather(X, cuda.to_device(np.array([0, 5], np.int64)))
-    with pytest.raises(IndexError, match="index -1 is negative"):  # not the last row, NumPy's rule (issue 47)
+    with pytest.raises(IndexError, match="index -1 is negative"):  # not the last row, NumPy's rule
         gather(X, cuda.to_device(np.array([-1], np.int64)))
 
 

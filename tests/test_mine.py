@@ -154,7 +154,7 @@ def test_a_solution_edited_after_passing_or_failing_its_check_is_not_used(tmp_pa
 
 
 def test_06_payoff_counts_the_notebooks_own_train_step_and_evaluate(tmp_path, monkeypatch, capsys):
-    """Issue 47: 06's fit calls the student's train_step and evaluate (6.1, 6.2, the notebook's own cells) on every
+    """06's fit calls the student's train_step and evaluate (6.1, 6.2, the notebook's own cells) on every
     step, whatever use_mine() found saved: the payoff counts them as theirs (it said "0 of 9 pieces yours")."""
     monkeypatch.setenv("COURSE_MINE_DIR", str(tmp_path / "mine"))
     try:
@@ -163,7 +163,7 @@ def test_06_payoff_counts_the_notebooks_own_train_step_and_evaluate(tmp_path, mo
                    setup=dict(n_train=59968, n_in=784, hidden=128, batch_size=64))
         cell = nbtools.source(nbtools.read(nbtools.EXERCISES / "06_train.ipynb")["cells"][-1])
         capsys.readouterr()
-        mine.run_cell(dict(course=course, sgd_run=run, best_run=run), cell, "<06 payoff>")
+        run_cell(dict(course=course, sgd_run=run, best_run=run), cell, "<06 payoff>")
         out = capsys.readouterr().out
         assert "2 of 12 pieces run your code" in out and row(out, "6.1") == row(out, "6.2") == "yours", out
         assert row(out, "2.3") == "course's: never checked", out

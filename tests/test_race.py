@@ -181,7 +181,7 @@ def test_the_committed_race_records_its_grid_and_verdicts():
     """The grid searched and each side's verdict are in the JSON, and the verdict is what its rows say."""
     res = json.loads((RESULTS / RACE_JSON).read_text())
     if "search" not in res:
-        pytest.skip(f"{RACE_JSON} predates the interior search: run `python -m course race` on a GPU (issue 50)")
+        pytest.skip(f"{RACE_JSON} predates the interior search: run `python -m course race` on a GPU")
     finals = [r for r in res["rows"] if r["stage"] in ("final", "neighbour")]
     assert set(res["grid"]["coarse"]) == {"course_fused", "pytorch_graph"} and res["graph_modes"]
     for impl, s in res["search"].items():

@@ -148,7 +148,7 @@ def test_prose_calls_the_executor_what_it_is(path):
 
 
 def test_the_simulator_scan_catches_the_old_sentences():
-    """The scan above flags the sentences issue 47 found (the executor called the simulator)."""
+    """The scan above flags the sentences a fresh student found (the executor called the simulator)."""
     old = ["In the simulator we take only a few images: it runs about 5,000 GPU threads per second.",
            "On the GPU we use all 60,000 training images; in the simulator a few hundred.",
            "(The same problem runs on the GPU and in the simulator; only the number of steps differs.)",
@@ -205,10 +205,10 @@ def test_bench_table_shows_in_the_student_copy_of_13():
 
 
 def test_01_unsolved_1_1_falls_back_to_the_courses_parser(capsys):
-    """Issue 47: with 1.1 left unwritten, the cell after its check puts the course's parse_idx_header in its place
+    """with 1.1 left unwritten, the cell after its check puts the course's parse_idx_header in its place
     (one line says so), so 01's later cells still read the files; once the student's is written it stays theirs."""
     import course.data
-    from course.mine import run_cell
+    from simulated_student import run_cell
     cells = [c for c in nbtools.read(nbtools.EXERCISES / "01_data.ipynb")["cells"] if c["cell_type"] == "code"]
     upto = [c for c in cells[:[c["id"] for c in cells].index("c011") + 1] if c["id"] != "c010"]  # the check aside
     ns = {"__name__": "__main__"}

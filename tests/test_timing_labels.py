@@ -72,7 +72,7 @@ def test_figures_that_mean_nothing_off_a_gpu_wait_for_one(name, cid, src):
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_05_draws_the_h200_bandwidth_line_on_a_gpu_only(gpu, monkeypatch, capsys):
-    """05 c028 (issue 47): the 4.8 TB/s line prices an H200's memory; against CPU timings it means nothing, so off a
+    """05 c028: the 4.8 TB/s line prices an H200's memory; against CPU timings it means nothing, so off a
     GPU the plot leaves it out and one line says why."""
     import matplotlib
     matplotlib.use("Agg")

@@ -12,7 +12,7 @@ import pytest
 
 from course.data import load_mnist
 from course.grad import mlp_grads_ref, mlp_loss_ref
-import course.cpu
+import course.runtime.cpu
 import course.train
 from course.train import fit, fit_ref, fit_sim, pool
 from course.update import Diverged, adam_ref, momentum_ref, sgd_ref
@@ -100,7 +100,7 @@ def test_fit_sim_checks_the_kernels_against_the_twin(small, monkeypatch, capsys)
 
 @pytest.mark.slow
 def test_fit_compiles_before_the_clock_and_draws_its_bars_on_stdout(small, monkeypatch, capsys):
-    """Issue 47: an epoch's seconds exclude numba's compile (one untimed step on spare parameters first, the real
+    """an epoch's seconds exclude numba's compile (one untimed step on spare parameters first, the real
     parameters untouched by it), and tqdm's bars go to stdout, which Jupyter does not paint red."""
     X, y, Xt, yt = small
     events, right = [], course.train.train_step
@@ -115,7 +115,7 @@ def test_fit_compiles_before_the_clock_and_draws_its_bars_on_stdout(small, monke
 
     monkeypatch.setattr(course.train, "train_step", step)
     monkeypatch.setattr(course.train, "time", types.SimpleNamespace(perf_counter=clock))
-    with course.cpu.running():                                         # the executor: where it compiles
+    with course.runtime.cpu.running():                                       # the executor: where it compiles
         hist = fit(X, y, Xt, yt, hidden=5, epochs=1, batch_size=8, log_every=1)
     warm, trained = events[0], [e for e in events[events.index("clock"):] if e != "clock"]
     assert warm != "clock" and warm is not hist["params"], "the first step must run before the clock, on spares"

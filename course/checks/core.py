@@ -912,7 +912,7 @@ def _ask_compiler(kernel, spec, argtypes):
     return _gate_worker.ask(spec, argtypes)
 
 
-# --- sizes past the simulator's reach (issue 48) -------------------------------------------------------------
+# --- sizes past the simulator's reach -------------------------------------------------------------
 
 LARGEST_FLAT = 203_530  # floats in FlatParams of the course's largest MLP, 784-256-10 (each tensor 64-aligned)
 
