@@ -7,6 +7,7 @@ tiled), the fused linear kernel (bias + ReLU in the epilogue), launchers, and th
 import numpy as np
 from numba import cuda, float32
 
+from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
 from course.runtime.util import grid2d, require, require_apart
 
 
@@ -93,6 +94,7 @@ def linear_kernel(X, W, b, relu, Y):
 # %% notebooks/02_forward.ipynb cell c018
 BLOCK = (TILE, TILE)
 VERSIONS = {"v1": matmul_v1_kernel, "v2": matmul_v2_kernel}
+EXERCISE = {"v1": "2.1", "v2": "2.2"}  # the exercise that writes each version
 
 
 def _grid(M, N):
@@ -110,7 +112,7 @@ def matmul(A, B, out=None, version="v2"):
     require("out", out, np.float32, shape=(A.shape[0], B.shape[1]))
     require_apart({"out": out}, A=A, B=B)           # C over A or B: threads would read what others overwrote
     if out.size:
-        VERSIONS[version][_grid(*out.shape), BLOCK](A, B, out)
+        registry.pick(EXERCISE[version], VERSIONS[version])[_grid(*out.shape), BLOCK](A, B, out)
     return out
 
 
@@ -124,7 +126,7 @@ def linear(X, W, b, out=None, relu=False, stream=0):
     require("out", out, np.float32, shape=(X.shape[0], W.shape[1]))
     require_apart({"out": out}, X=X, W=W, b=b)
     if out.size:
-        linear_kernel[_grid(*out.shape), BLOCK, stream](X, W, b, 1 if relu else 0, out)
+        registry.pick("2.3", linear_kernel)[_grid(*out.shape), BLOCK, stream](X, W, b, 1 if relu else 0, out)
     return out
 
 

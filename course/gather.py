@@ -6,6 +6,7 @@
 import numpy as np
 from numba import cuda
 
+from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
 from course.runtime.util import cdiv, grid2d, require, require_apart
 
 
@@ -43,7 +44,7 @@ def gather(X, idx, out=None, stream=0):
     require_apart({"out": out}, X=X, idx=idx)
     grid = grid2d(out.shape[1], out.shape[0], BLOCK)  # x the columns, y the rows (at most 65,535 blocks in y)
     if out.size:
-        gather_kernel[grid, BLOCK, stream](X, idx, out)
+        registry.pick("1.3", gather_kernel)[grid, BLOCK, stream](X, idx, out)
     return out
 
 

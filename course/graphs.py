@@ -18,6 +18,7 @@ from course.grad import mlp_backward
 from course.loss import cross_entropy
 from course.train import buffers, evaluate, init_params, run_epochs
 from course.update import sgd
+from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
 
 IDX_THREADS = 256  # batch_index_kernel runs as one block of this many threads
 
@@ -138,7 +139,7 @@ class GraphLoop:
 
     def launches(self, stream):
         """One step's launches, in order, on `stream` (0: run them now; a graph builder: record them)."""
-        batch_index_kernel[1, IDX_THREADS, stream](self.perm, self.counter, self.idx)
+        registry.pick("8.2", batch_index_kernel)[1, IDX_THREADS, stream](self.perm, self.counter, self.idx)
         if self.trainer is None:
             p, buf = self.params, self.buf
             Xb = gather(self.X_d, self.idx, out=self.Xb, stream=stream)
@@ -182,8 +183,9 @@ def fit_graph(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
     runner = GraphLoop(X_d, y_d, params, batch_size, lr, n, graph=graph,
                        trainer=None if trainer is None else trainer(params, batch_size, lr))
     hist = dict(step=[], loss=[], epoch=[])
+    test = registry.pick("6.2", evaluate)  # yours, where course.use_mine() found it passing
     run_epochs(lambda epoch, perm, step: step + runner.epoch(perm).size,    # the clock covers the perm's copy too
-               hist, len(X_train), n, epochs, seed, lr, test=lambda: evaluate(Xt_d, yt_d, params),
+               hist, len(X_train), n, epochs, seed, lr, test=lambda: test(Xt_d, yt_d, params),
                losses=runner.losses, unit="ms", progress=progress)
     hist["params"] = params
     return hist

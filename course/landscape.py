@@ -15,6 +15,7 @@ from numba import cuda
 from course.forward import mlp_forward
 from course.loss import cross_entropy
 from course.update import FlatParams, launch_shape
+from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
 from course.runtime.util import require
 
 
@@ -55,7 +56,7 @@ def combine(theta, d1, d2, a, b, out=None):
     require("out", out, np.float32, shape=(theta.shape[0],))
     if out.size:
         grid, block = launch_shape(out.size)
-        combine_kernel[grid, block](theta, d1, d2, a, b, out)
+        registry.pick("7.1", combine_kernel)[grid, block](theta, d1, d2, a, b, out)
     return out
 
 

@@ -8,6 +8,7 @@ import math
 import numpy as np
 from numba import cuda
 
+from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
 from course.runtime.util import cdiv, require, require_apart
 
 
@@ -118,7 +119,8 @@ def batch_mean(x, out=None, stream=0):
     require_apart({"out": out}, x=x)
     n = x.shape[0]
     zero_kernel[1, 1, stream](out)                        # the accumulator starts at 0, on every call
-    sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out) # (n,) -> (1,): one partial per block, added atomically
+    block_sum = registry.pick("3.2", sum_kernel)      # yours, where course.use_mine() found it passing
+    block_sum[cdiv(n, THREADS), THREADS, stream](x, out) # (n,) -> (1,): one partial per block, added atomically
     div_kernel[1, 1, stream](out, np.float32(n))          # the sum becomes the mean, still on the device
     return out
 
@@ -180,8 +182,9 @@ def cross_entropy(logits, y, probs=None, losses=None, loss=None, stream=0):
     require("losses", losses, np.float32, shape=(B,))
     require("loss", loss, np.float32, shape=(1,))
     require_apart({"probs": probs, "losses": losses, "loss": loss}, logits=logits, y=y)
-    softmax_xent_kernel[cdiv(B, THREADS), THREADS, stream](logits, y, probs, losses)  # (B, C) -> (B, C) and (B,)
-    batch_mean(losses, out=loss, stream=stream)                                       # (B,) -> (1,)
+    rows, mean = registry.pick("3.1", softmax_xent_kernel), registry.pick("3.3", batch_mean)  # yours, where passed
+    rows[cdiv(B, THREADS), THREADS, stream](logits, y, probs, losses)  # (B, C) -> (B, C) and (B,)
+    mean(losses, out=loss, stream=stream)                                       # (B,) -> (1,)
     return loss, probs
 
 

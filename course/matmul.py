@@ -8,6 +8,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 import course
+from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
 from course.runtime.util import cdiv, require
 
 
@@ -91,7 +92,7 @@ def matmul_v3(A, B, out=None):
         out = cuda.device_array((A.shape[0], B.shape[1]), np.float32)
     require("out", out, np.float32, shape=(A.shape[0], B.shape[1]))
     if out.size:
-        matmul_v3_kernel[(cdiv(out.shape[1], BN), cdiv(out.shape[0], BM)), V3_BLOCK](A, B, out)
+        registry.pick("9.1", matmul_v3_kernel)[(cdiv(out.shape[1], BN), cdiv(out.shape[0], BM)), V3_BLOCK](A, B, out)
     return out
 
 

@@ -11,6 +11,7 @@ from numba import cuda, float32
 
 from course.forward import mlp_forward
 from course.grad import BLOCK as GRAD_BLOCK, _grid2, dhidden_kernel
+from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
 from course.runtime.util import cdiv, require
 
 
@@ -104,7 +105,7 @@ def train_step_9(Xb, yb, params, grads, opt, buf, dZ2, dZ1):
     H, logits = mlp_forward(Xb, W1, b1, W2, b2, H=buf["H"], logits=buf["logits"])   # 2 launches
     softmax_xent_grad(logits, yb, dZ2, buf["loss"])                                  # 1 (was 5)
     grad_wb(H, dZ2, grads["W2"], grads["b2"])                                        # 1 (was 2)
-    dhidden_kernel[_grid2(*dZ1.shape), GRAD_BLOCK](dZ2, W2, H, dZ1)                  # 1
+    registry.pick("4.3", dhidden_kernel)[_grid2(*dZ1.shape), GRAD_BLOCK](dZ2, W2, H, dZ1)                  # 1
     grad_wb(Xb, dZ1, grads["W1"], grads["b1"])                                       # 1 (was 2)
     opt.step(grads)                                                                  # 1
     return buf["loss"]

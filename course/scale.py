@@ -6,6 +6,7 @@
 import numpy as np
 from numba import cuda
 
+from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
 from course.runtime.util import cdiv, require, require_apart  # cdiv(n, b) = ceil(n / b): how many blocks of b threads cover n elements
 
 
@@ -37,5 +38,6 @@ def scale(x, out=None):
     require_apart({"out": out}, x=x)
     n = x.size
     if n:
-        scale_kernel[cdiv(n, THREADS), THREADS](x.reshape(n), out.reshape(n))  # flat views: no copy
+        kernel = registry.pick("1.2", scale_kernel)  # yours, where course.use_mine() found it passing
+        kernel[cdiv(n, THREADS), THREADS](x.reshape(n), out.reshape(n))  # flat views: no copy
     return out

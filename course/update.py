@@ -12,6 +12,7 @@ from math import prod
 import numpy as np
 from numba import cuda
 
+from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
 from course.runtime.util import cdiv, require, require_apart
 
 
@@ -71,7 +72,7 @@ def sgd(p, g, lr, stream=0):
     lr = _number("lr", lr, 0.0)
     if p.size:
         grid, block = launch_shape(p.size)
-        sgd_kernel[grid, block, stream](p, g, lr)
+        registry.pick("5.1", sgd_kernel)[grid, block, stream](p, g, lr)
     return p
 
 
@@ -222,7 +223,7 @@ def momentum(p, g, v, lr, mu=0.9):
     lr, mu = _number("lr", lr, 0.0), _number("mu", mu, 0.0, 1.0, low_ok=True)
     if p.size:
         grid, block = launch_shape(p.size)
-        momentum_kernel[grid, block](p, g, v, lr, mu)
+        registry.pick("5.2", momentum_kernel)[grid, block](p, g, v, lr, mu)
     return p
 
 
@@ -289,7 +290,7 @@ def adam(p, g, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
     bc1, bc2 = np.float32(1 - float(beta1) ** t), np.float32(1 - float(beta2) ** t)  # once per step, on the host
     if p.size:
         grid, block = launch_shape(p.size)
-        adam_kernel[grid, block](p, g, m, v, lr, b1, b2, eps, bc1, bc2)
+        registry.pick("5.3", adam_kernel)[grid, block](p, g, m, v, lr, b1, b2, eps, bc1, bc2)
     return p
 
 

@@ -8,7 +8,7 @@ import pytest
 from numba import cuda, float32
 
 import course
-from course.runtime import cpu, mine
+from course.runtime import cpu, mine, registry
 from course.data import load_mnist
 from course.forward import TILE, linear_ref, matmul, matmul_v2_kernel
 from course.gather import gather, gather_labels, gather_ref
@@ -434,11 +434,11 @@ def test_the_lines_about_a_run_say_whose_kernels_where_and_at_which_sizes(monkey
     assert line.startswith("SGD: test accuracy 0.9272 (784-128-10 on 59,968 images, 1 epoch of batch 64)"), line
     assert "every one of its 937 steps on the course's kernels on the CPU executor" in line, line
     assert "with the course's" not in line, line
-    monkeypatch.setattr(mine, "_INSTALLED", {k: None for k in keys})
+    monkeypatch.setattr(registry, "_CHOSEN", {k: None for k in keys})
     line = mine.trained(dict(run, device="gpu"), "SGD", keys)
     assert "on your kernels (9 of 9 pieces yours) on the GPU" in line, line
     assert line.endswith(f", with the course's {mine.ALWAYS_COURSE}"), line  # the step's pieces without an exercise
-    monkeypatch.setattr(mine, "_INSTALLED", {k: None for k in keys[:3]})
+    monkeypatch.setattr(registry, "_CHOSEN", {k: None for k in keys[:3]})
     twin = dict(run, device="numpy", kernel_steps=3, kernel_device="sim")
     line = mine.trained(twin, "SGD", keys)
     assert "steps 1-3 on your kernels where they passed (3 of 9 pieces yours" in line and "the twin" in line, line

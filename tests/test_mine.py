@@ -8,7 +8,7 @@ import pytest
 from numba import cuda
 
 import course
-from course.runtime import mine, solutions
+from course.runtime import mine, registry, solutions
 from course.tools import colab, nbtools
 from course.checks.core import CheckFailure
 from course.checks.data import check_scale_kernel
@@ -92,10 +92,12 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     assert all(why == "never checked" for k, why in whose(st).items() if int(k.split(".")[0]) >= 7)
     out = capsys.readouterr().out
     assert f"17 of {len(mine.PIECES)} pieces run your code" in out and row(out, "7.1") == "course's: never checked"
-    for key in mine.trainer_keys("sgd"):  # what the course's loop calls is the student's code, from their files
-        module, attr = mine._target(key)
-        fn = getattr(module, attr)
+    for key in mine.trainer_keys("sgd"):  # what the course's loop asks for is the student's code, from their files
+        fn = registry.pick(key, None)
         assert getattr(fn, "py_func", fn).__code__.co_filename == str(mine_dir / f"ex_{key.replace('.', '_')}.py")
+        module, attr = mine._target(key)                  # and no module of the course was changed
+        course_fn = getattr(module, attr)
+        assert getattr(course_fn, "py_func", course_fn).__module__ == module.__name__, key
     mine_run = fit(X, y, Xt, yt, lr=0.5, optimizer="sgd", log_every=1, progress=False, **setup)
     assert mine_run["loss"] == sgd_run["loss"] and len(mine_run["loss"]) == 2
     assert np.array_equal(mine_run["params"].flat.copy_to_host(), ref)
@@ -118,8 +120,7 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     assert f"the fused epoch kernel: {acc}, on the course's kernels" in out, out   # 11.1, 12.1, 12.2 not done here
     assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out and "500.0 ms" in out, out
     mine.use_course()
-    module, attr = mine._target("2.3")
-    assert getattr(module, attr).py_func.__code__.co_filename.endswith("forward.py")
+    assert registry.registered() == {} and registry.pick("2.3", None) is None
 
 
 def test_a_solution_edited_after_passing_or_failing_its_check_is_not_used(tmp_path, monkeypatch):
@@ -434,14 +435,17 @@ def test_passing_fused_pieces_run_in_the_fused_epoch_kernel(tmp_path, monkeypatc
     try:
         assert whose(mine.use_mine(["11.1", "12.1", "12.2"], quiet=True)) == {"11.1": "yours", "12.1": "yours",
                                                                               "12.2": "yours"}
-        for name, key in zip(names, ("11_1", "12_1", "12_2")):
-            assert getattr(fused, name) is not originals[name], name
-            got = getattr(fused, name)
-            assert getattr(got, "py_func", got).__code__.co_filename == str(tmp_path / "mine" / f"ex_{key}.py")
+        kernel = fused.with_yours(fused.fused_steps_kernel)   # the launches' kernel: a copy calling theirs
+        assert kernel is not fused.fused_steps_kernel and fused.with_yours(fused.fused_steps_kernel) is kernel
+        for name, key in zip(names, ("11.1", "12.1", "12.2")):
+            got = kernel.py_func.__globals__[name]
+            assert got is registry.pick(key, None), name
+            assert got.py_func.__code__.co_filename == str(tmp_path / "mine" / f"ex_{key.replace('.', '_')}.py")
+        assert {name: getattr(fused, name) for name in names} == originals   # course.fused itself unchanged
         got = fused.fit_fused(X, y, Xt, yt, **setup)
     finally:
         mine.use_course()
-    assert {name: getattr(fused, name) for name in names} == originals
+    assert fused.with_yours(fused.fused_steps_kernel) is fused.fused_steps_kernel
     assert np.allclose(got["loss"], ref["loss"], atol=1e-6) and len(got["loss"]) == 2
     for k in ("W1", "b1", "W2", "b2"):
         assert np.allclose(got["params"][k].copy_to_host(), ref["params"][k].copy_to_host(), atol=1e-6), k
@@ -464,14 +468,23 @@ def test_passing_clock_functions_feed_the_clock_report(tmp_path, monkeypatch):
     T = clock_table(np.random.default_rng(1), 30, 132)
     ref = epoch.clock_report(T, 128, 64)
     originals = epoch.part_us, epoch.barrier_us
+    calls = []
+
+    def counted(fn):
+        """fn, noting each call: the student's function, as registered, seen being called."""
+        return lambda *a: calls.append(fn.__name__) or fn(*a)
+
     try:
         assert whose(mine.use_mine(["13.1", "13.2"], quiet=True)) == {"13.1": "yours", "13.2": "yours"}
-        assert epoch.part_us is not originals[0]
-        assert epoch.part_us.__code__.co_filename == str(tmp_path / "mine" / "ex_13_1.py")
+        assert registry.pick("13.1", None).__code__.co_filename == str(tmp_path / "mine" / "ex_13_1.py")
         assert epoch.clock_report(T, 128, 64) == ref
+        for key in ("13.1", "13.2"):
+            registry.register(key, counted(registry.pick(key, None)))
+        epoch.clock_report(T, 128, 64)
+        assert set(calls) == {"part_us", "barrier_us"}, calls      # clock_report asked the registry for both
     finally:
         mine.use_course()
-    assert (epoch.part_us, epoch.barrier_us) == originals
+    assert (epoch.part_us, epoch.barrier_us) == originals            # course.epoch itself never changed
 
 
 def test_checks_names_the_check_of_every_piece():

@@ -355,10 +355,10 @@ def labels_tell_the_truth(text, own=()):
 def test_the_label_scan_catches_a_false_label(monkeypatch):
     """labels_tell_the_truth, on lines course.runtime.mine.trained writes: a true one passes; whose, where or the sizes
     changed, or the old "the network you trained", fails."""
-    from course.runtime import mine
+    from course.runtime import mine, registry
     monkeypatch.setenv("COURSE_DEVICE", "cpu")
     keys = mine.step_pieces("sgd")
-    monkeypatch.setattr(mine, "_INSTALLED", {k: None for k in keys})
+    monkeypatch.setattr(registry, "_CHOSEN", {k: None for k in keys})
     run = dict(epoch=[dict(test_acc=0.9272)], steps=937, device="cpu",
                setup=dict(n_train=59968, n_in=784, hidden=128, batch_size=64))
     table = mine.table({k: (object(), "yours") for k in keys})   # as course.runtime.mine.report prints it

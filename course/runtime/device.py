@@ -935,6 +935,17 @@ def simulated(kernel, _made=None):
     return out
 
 
+def rejit(kernel, fn):
+    """A kernel (or device function) like `kernel`, with its options, around another Python function `fn`: a GPU
+    dispatcher's target options, or the simulator's device, fastmath and debug flags."""
+    if hasattr(kernel, "targetoptions"):
+        return type(kernel)(fn, targetoptions=dict(kernel.targetoptions))
+    _, simkernel = internals()
+    return simkernel.FakeCUDAKernel(fn, device=kernel._device, fastmath=kernel._fastmath,
+                                    extensions=getattr(kernel, "extensions", ()),
+                                    debug=getattr(kernel, "_debug", False))
+
+
 def _nested_name(code, name):
     """Whether code or a code object nested in it names `name`."""
     return name in code.co_names or any(_nested_name(c, name) for c in code.co_consts if hasattr(c, "co_names"))

@@ -1,7 +1,8 @@
 """Your kernels, your network: the student's saved solutions (course/runtime/solutions.py) used by the course.
 
-`use_mine()` puts every solution that still stands in place of the course's own (the module attributes the
-course's launchers read at each call) and prints whose code runs where; `use_course()` puts the course's back. A
+`use_mine()` registers every solution that still stands (course/runtime/registry.py), where each place the course
+runs an exercise's piece asks for it (`registry.pick("5.1", sgd_kernel)`), and prints whose code runs where;
+`use_course()` clears the registry: the course's own run everywhere. No module's attribute is changed. A
 solution edited after passing (the cell re-run, or the notebook saved, with a different source) or whose check
 failed since is not used."""
 import importlib
@@ -11,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-
+from course.runtime import registry
 from course.runtime.solutions import (ALWAYS_COURSE, BUNDLE_PREFIX, CHECKS, STEP_PIECES, UPDATE,  # noqa: F401
     CaptureError, MARKER_RE, PIECES, disabled, load_record, mine_dir, normalize, read_record, step_pieces, trainer_keys,
     _note_once, _only_definitions, _paths, _py, _sha, _stem, _transform)  # (STEP_PIECES, UPDATE: the pieces' table)
@@ -124,8 +125,7 @@ def status(keys=None):
             try:
                 fn = _load(key, rec)
                 module, attr = _target(key)
-                if _nparams(fn) != _nparams(getattr(module, attr) if key not in _INSTALLED
-                                           else _ORIGINALS[key]):
+                if _nparams(fn) != _nparams(getattr(module, attr)):
                     fn, why = None, "its signature differs from the course's"
             except KeyboardInterrupt:
                 raise
@@ -135,29 +135,9 @@ def status(keys=None):
     return out
 
 
-_ORIGINALS, _INSTALLED = {}, {}
-
-
-def _swap(old, new):
-    """Replace `old` by `new` wherever a course module holds it (attributes, and values of module-level dicts);
-    the checks keep the course's own."""
-    for name, mod in list(sys.modules.items()):
-        if not (name == "course" or name.startswith("course.")) or name.startswith("course.checks") \
-                or name == __name__ or mod is None:
-            continue
-        for attr, val in list(vars(mod).items()):
-            if val is old:
-                setattr(mod, attr, new)
-            elif isinstance(val, dict) and not attr.startswith("__"):
-                for k, v in list(val.items()):
-                    if v is old:
-                        val[k] = new
-
-
 def use_course():
-    """Put the course's own kernels back everywhere use_mine() put the student's."""
-    for key in list(_INSTALLED):
-        _swap(_INSTALLED.pop(key), _ORIGINALS.pop(key))
+    """The course's own kernels everywhere again: the registry emptied."""
+    registry.clear()
 
 
 def table(st, where=None):
@@ -179,10 +159,7 @@ def use_mine(keys=None, quiet=False, label="course.use_mine()"):
     _LAST.update(st)
     for key, (fn, _) in st.items():
         if fn is not None:
-            module, attr = _target(key)
-            _ORIGINALS[key] = getattr(module, attr)
-            _INSTALLED[key] = fn
-            _swap(_ORIGINALS[key], fn)
+            registry.register(key, fn)
     if not quiet:
         d = mine_dir()
         if disabled():
@@ -223,8 +200,8 @@ def report(keys=None, own=()):
 
 
 def installed():
-    """{exercise: the student's solution} currently in place."""
-    return dict(_INSTALLED)
+    """{exercise: the student's solution} registered now."""
+    return registry.registered()
 
 
 WHERE = {"gpu": "on the GPU", "cpu": "on the CPU executor (kernels compiled for the CPU by numba)",
@@ -234,7 +211,7 @@ WHERE = {"gpu": "on the GPU", "cpu": "on the CPU executor (kernels compiled for 
 def whose(keys, own=()):
     """Whose kernels run these pieces now: "your kernels", "the course's kernels", or yours where they passed.
     `own`: pieces the notebook's own cells define (as report's), the student's."""
-    mine = [k for k in keys if k in _INSTALLED or k in own]
+    mine = [k for k in keys if k in installed() or k in own]
     if len(mine) == len(keys):
         return f"your kernels ({len(mine)} of {len(keys)} pieces yours)"
     if not mine:
@@ -254,6 +231,6 @@ def trained(run, name, keys, own=()):
         kernels = (f"steps 1-{k} on {whose(keys, own)} {WHERE[run.get('kernel_device', 'sim')]}, checked equal to the "
                    "NumPy twin; the twin (fit_ref, NumPy on the host) trained the rest and made this accuracy") if k             else "trained by the NumPy twin (fit_ref, on the host), not by kernels"
         return f"{head}: {kernels}"
-    yours = any(k in _INSTALLED or k in own for k in keys)
+    yours = any(k in installed() or k in own for k in keys)
     rest = f", with the course's {ALWAYS_COURSE}" if yours else ""  # no exercise
     return f"{head}: every one of its {run.get('steps', '?')} steps on {whose(keys, own)} {WHERE[run['device']]}{rest}"
