@@ -1,4 +1,9 @@
 """The checks of notebooks 10, 11 and 12 (10.2, 11.1, 11.2, 12.1, 12.2) pass the solutions and reject planted wrong answers."""
+import os
+import subprocess
+import sys
+
+import numpy as np
 import pytest
 from conftest import mutant
 from numba import cuda, float32
@@ -6,6 +11,7 @@ from numba import cuda, float32
 import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 from course.checks import CheckFailure
 from course.checks.core import LADDERS
+from course.runtime import device
 from course.checks import fused as checks
 from course.fused import halve, tile_origin, warp_class_sums, warp_sum
 from course.ptx import barrier_target, shfl_xor
@@ -306,3 +312,34 @@ def test_shuffle_counts_are_the_specs(check, fn):
     """Right sums with more shuffles than the spec says (11.2: five; 12.1: one per kept class) are refused."""
     with pytest.raises(CheckFailure, match="calls of shfl_xor, where the spec says"):
         check(fn)
+
+
+@pytest.mark.parametrize("fn, which, spec", [(warp_sum, 0, 5), (halve, 1, 8), (warp_class_sums, 2, 16)],
+                         ids=["11.2", "12.1", "12.2"])
+def test_the_solutions_shuffles_are_counted(fn, which, spec):
+    """A count on every device, the spec's in every lane (None, no count, let any count of shuffles through)."""
+    assert list(checks.shuffles_per_lane(fn, which)) == [spec] * checks.WARP
+
+
+# The count runs as a real kernel on a GPU, which the simulator never compiles: its shared array of 2 * SCRATCH cells
+# (a shape numba-cuda does not fold into a constant) failed every GPU compile, so no count was made there.
+COMPILE_COUNTERS = """
+from numba import cuda, float32
+import course
+assert not course.SIMULATOR
+from course.checks import fused as F
+from course.fused import halve, warp_class_sums, warp_sum
+for which, fn in enumerate((warp_sum, halve, warp_class_sums)):
+    kernel = F._count_kernel(F._counting(fn, F._shfl_counter()), which)
+    ptx, _ = cuda.compile_ptx(kernel.py_func, (float32[:, :], float32[:]), cc=(9, 0))
+    print(fn.py_func.__name__, ptx.count("shfl.sync"))
+"""
+
+
+@pytest.mark.skipif(bool(device.simulator_only()), reason=f"{device.simulator_only()}; CI compiles on Linux")
+def test_the_shuffle_counting_kernels_compile_for_a_gpu():
+    r = subprocess.run([sys.executable, "-c", COMPILE_COUNTERS], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "COURSE_DEVICE": "gpu", "NUMBA_ENABLE_CUDASIM": "0"})
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    counts = dict(line.split() for line in r.stdout.splitlines())
+    assert set(counts) == {"warp_sum", "halve", "warp_class_sums"} and all(int(n) > 0 for n in counts.values()), counts
