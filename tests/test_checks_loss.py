@@ -100,7 +100,7 @@ def test_sum_check_rejects_by_value(edits, says):
 # Threads past the end of x that leave their shared cell as it was. The devices truly differ here: the simulator's
 # shared memory starts as NaN (the check's instruments), a GPU's holds whatever an earlier block or kernel left (0
 # in a fresh context, x's values later: the H100 said "overwritten" of a total 253 too large, wrongly).
-UNZEROED = "past the end of x left their shared cell unwritten"
+UNZEROED = "shared cells of threads past the end of x did not hold 0"
 NAN_READ = "NaN: a tree step read a shared cell"
 
 
@@ -129,8 +129,10 @@ def test_sum_diagnosis_says_overwritten_only_when_the_total_fits():
     def say(got, nan_filled=False):
         return checks._sum_diagnosis(got, want, start, x, block, grid, nan_filled)
 
-    for wrong in (want + 253.47, want - start + 50):
+    for wrong in (want + 253.47, want - start + 50, want - 40):
         assert "overwritten" not in say(wrong) and UNZEROED in say(wrong), say(wrong)
+    signs = checks._sum_diagnosis(want + 253.47, want, start, x - np.float32(1), block, grid, False)
+    assert "both signs" in signs and UNZEROED in signs, signs  # every partial case names the cells past the end
     assert "overwritten" in say(float(np.float32(x[-(x.size % block):].sum())))  # the last block's sum
     assert "overwritten" in say(float(np.float32(want - start)))                 # every block's, without the start
     assert "the check fills shared memory with NaN" in say(float("nan"), nan_filled=True)

@@ -293,8 +293,8 @@ def _sum_diagnosis(got, want, start, x, block, grid, nan_filled):
     partial = x.size % block != 0   # the last block has threads past the end of x, whose cells must hold 0
     blocks = [x[b * block:(b + 1) * block] for b in range(grid)]
     msg = f"total[0] should be {want:.5f} (start + sum(x)) but is {got:.5f}"
-    unwritten = (" Or threads past the end of x left their shared cell unwritten: on a GPU it holds whatever an "
-                 "earlier block or kernel left there, not 0, so store 0 there") if partial else ""
+    unwritten = (" Or the shared cells of threads past the end of x did not hold 0: each must store 0 there (on a "
+                 "GPU a cell no thread writes holds whatever an earlier block or kernel left, not 0)") if partial else ""
     if np.isnan(got):
         if nan_filled:
             return msg + (". NaN: a tree step read a shared cell that no thread had written yet (the check fills "
@@ -305,7 +305,7 @@ def _sum_diagnosis(got, want, start, x, block, grid, nan_filled):
                       "step, or threads past the end of x that did not store 0")
     if not positive:
         return msg + (": x has values of both signs and zeros here (the spec allows any float32): is every value "
-                      "added, whatever its sign, and every block's sum, negative too?")
+                      "added, whatever its sign, and every block's sum, negative too?" + unwritten)
     # overwritten: the total is exactly one block's float32 sum (the last to write wins), or the sum of every
     # block without the start value, each within float32's rounding of it
     if (any(abs(got - b.astype(np.float64).sum()) <= _sum_tolerance(b) for b in blocks)
