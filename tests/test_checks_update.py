@@ -100,11 +100,12 @@ def test_adam_check_rejects(edits, says):
 
 @cuda.jit
 def adam_fma_kernel(p, g, m, v, lr, beta1, beta2, eps, bc1, bc2):
-    """The solution as a GPU compiles it: both running averages one fused multiply-add each."""
+    """The solution as the H100 compiled it (its value in issue 48's log, reproduced exactly): both running averages
+    one fused multiply-add each, m's as (1 - beta1) * g + (beta1 * m rounded)."""
     i = cuda.grid(1)
     if i < p.size:
         gi = g[i]
-        mi = np.float32(np.float64(beta1) * np.float64(m[i]) + np.float64((np.float32(1.0) - beta1) * gi))
+        mi = np.float32(np.float64(np.float32(1.0) - beta1) * np.float64(gi) + np.float64(beta1 * m[i]))
         vi = np.float32(np.float64(beta2) * np.float64(v[i]) + np.float64((np.float32(1.0) - beta2) * gi * gi))
         m[i] = mi
         v[i] = vi
@@ -113,7 +114,8 @@ def adam_fma_kernel(p, g, m, v, lr, beta1, beta2, eps, bc1, bc2):
 
 @cuda.jit
 def adam_reordered_kernel(p, g, m, v, lr, beta1, beta2, eps, bc1, bc2):
-    """A right answer written another way: v's other product fused, the step's factors in another order."""
+    """A right answer written another way: the other product of m and of v fused, the step's factors in another
+    order."""
     i = cuda.grid(1)
     if i < p.size:
         gi = g[i]
@@ -149,6 +151,12 @@ def test_adam_slack_covers_what_an_h100_computed(monkeypatch):
     assert e == np.float32(-1.5319912e-07)
     old = tiny["atol"] + core.INPLACE_RTOL * abs(e)
     assert old < abs(h100 - e) <= tiny["atol"] + slack[0][43] + core.INPLACE_RTOL * abs(e)
+    # adam_fma_kernel's m gives it exactly: (1 - beta1) * g + (beta1 * m rounded), one rounding
+    (p, m, v), (lr, beta1, beta2, eps, bc1, bc2) = (a[43] for a in tiny["state"]), scalars
+    one = np.float32(1.0)
+    mi = np.float32(np.float64(one - beta1) * np.float64(g[43]) + np.float64(beta1 * m))
+    vi = beta2 * v + (one - beta2) * g[43] * g[43]
+    assert p - lr * (mi / bc1) / (np.sqrt(vi / bc2) + eps) == h100
 
 
 # --- the machinery ------------------------------------------------------------------------------------
