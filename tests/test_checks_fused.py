@@ -1,4 +1,8 @@
 """The checks of notebooks 10, 11 and 12 (10.2, 11.1, 11.2, 12.1, 12.2) pass the solutions and reject planted wrong answers."""
+import os
+import subprocess
+import sys
+
 import pytest
 from conftest import mutant
 from numba import cuda, float32
@@ -6,6 +10,7 @@ from numba import cuda, float32
 import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 from course.checks import CheckFailure
 from course.checks.core import LADDERS
+from course.runtime import device
 from course.checks import fused as checks
 from course.fused import halve, tile_origin, warp_class_sums, warp_sum
 from course.ptx import barrier_target, shfl_xor
@@ -306,3 +311,68 @@ def test_shuffle_counts_are_the_specs(check, fn):
     """Right sums with more shuffles than the spec says (11.2: five; 12.1: one per kept class) are refused."""
     with pytest.raises(CheckFailure, match="calls of shfl_xor, where the spec says"):
         check(fn)
+
+
+@pytest.mark.parametrize("fn, which, spec", [(warp_sum, 0, 5), (halve, 1, 8), (warp_class_sums, 2, 16)],
+                         ids=["11.2", "12.1", "12.2"])
+def test_the_solutions_shuffles_are_counted(fn, which, spec):
+    """A count on every device, the spec's in every lane (None, no count, let any count of shuffles through)."""
+    assert list(checks.shuffles_per_lane(fn, which)) == [spec] * checks.WARP
+
+
+exchange = shfl_xor  # course.ptx's shuffle under another name
+
+
+@cuda.jit(device=True)
+def warp_sum_ten(scr, v):
+    """The right sum by ten exchanges, through `exchange`: masks 16, 8, 4, 2, 1, each done twice (the second adds 0)."""
+    m = 16
+    while m > 0:
+        v += exchange(scr, v, m) + 0 * exchange(scr, v, m)
+        m //= 2
+    return v
+
+
+def test_shuffles_are_counted_under_another_name():
+    """The count replaces course.ptx's shfl_xor itself, not only the name shfl_xor."""
+    assert list(checks.shuffles_per_lane(warp_sum_ten, 0)) == [10] * checks.WARP
+    with pytest.raises(CheckFailure, match="lane 0 made 10 calls of shfl_xor, where the spec says 5"):
+        checks.check_warp_sum(warp_sum_ten)
+
+
+def test_a_shuffle_check_that_cannot_count_says_so_in_its_pass_line(monkeypatch, capsys):
+    """No count (the counting run failed) is no failure, but the pass line must not claim the spec's count."""
+    def broken(*a):
+        raise RuntimeError("no counting kernel")
+    checks.check_warp_sum(warp_sum)
+    assert "could not be counted" not in capsys.readouterr().out
+    monkeypatch.setattr(checks, "_count_kernel", broken)
+    checks.check_warp_sum(warp_sum)
+    out = capsys.readouterr().out
+    assert "passed" in out and "the shuffles could not be counted (the counting run raised RuntimeError)" in out, out
+
+
+# The count runs as a real kernel on a GPU, which the simulator never compiles: its shared array of 2 * SCRATCH cells
+# (a shape numba-cuda does not fold into a constant) failed every GPU compile, so no count was made there.
+COMPILE_COUNTERS = """
+from numba import cuda, float32
+import course
+assert not course.SIMULATOR
+from course.checks import fused as F
+from course.fused import halve, warp_class_sums, warp_sum
+from course.runtime.device import pretend_device
+with pretend_device((9, 0)):  # no GPU here: numba-cuda asks the device's compute capability for device functions
+    for which, fn in enumerate((warp_sum, halve, warp_class_sums)):
+        kernel = F._count_kernel(F._counting(fn, F._shfl_counter()), which)
+        ptx, _ = cuda.compile_ptx(kernel.py_func, (float32[:, :], float32[:]), cc=(9, 0))
+        print(fn.py_func.__name__, ptx.count("shfl.sync"))
+"""
+
+
+@pytest.mark.skipif(bool(device.simulator_only()), reason=f"{device.simulator_only()}; CI compiles on Linux")
+def test_the_shuffle_counting_kernels_compile_for_a_gpu():
+    r = subprocess.run([sys.executable, "-c", COMPILE_COUNTERS], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "COURSE_DEVICE": "gpu", "NUMBA_ENABLE_CUDASIM": "0"})
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    counts = dict(line.split() for line in r.stdout.splitlines())
+    assert set(counts) == {"warp_sum", "halve", "warp_class_sums"} and all(int(n) > 0 for n in counts.values()), counts

@@ -84,8 +84,6 @@ PLAIN_ADD = ("cuda.atomic.add(total, 0, s[0])", "total[0] += s[0]")  # a race be
 @pytest.mark.parametrize("edits, says", [
     bug("no bounds guard", ["out-of-bounds", "total[0] should be"], ("if i < x.size:", "if True:")),
     bug("off by one", ["out-of-bounds", "total[0] should be"], ("i < x.size", "i <= x.size")),
-    # threads past the end leave their cell as it was: garbage on a GPU, NaN in the check
-    bug("no zero padding", ["NaN"], ("s[tid] = np.float32(0.0)", "pass")),
     # rounds down: at an odd step, cell step - 1 is never added
     bug("half rounds down", ["round down"], ("(step + 1) // 2", "step // 2"),
         ("if tid + half < step:", "if tid < half:")),
@@ -97,6 +95,48 @@ PLAIN_ADD = ("cuda.atomic.add(total, 0, s[0])", "total[0] += s[0]")  # a race be
 ])
 def test_sum_check_rejects_by_value(edits, says):
     rejects(checks.check_sum_kernel, mutated(L.sum_kernel, *edits), "Exercise 3.2", says)
+
+
+# Threads past the end of x that leave their shared cell as it was. The devices truly differ here: the simulator's
+# shared memory starts as NaN (the check's instruments), a GPU's holds whatever an earlier block or kernel left (0
+# in a fresh context, x's values later: the H100 said "overwritten" of a total 253 too large, wrongly).
+UNZEROED = "shared cells of threads past the end of x did not hold 0"
+NAN_READ = "NaN: a tree step read a shared cell"
+
+
+def test_sum_check_rejects_no_zero_padding_as_each_device_sees_it():
+    msg = rejects(checks.check_sum_kernel, mutant(L.sum_kernel, "s[tid] = np.float32(0.0)", "pass"), "Exercise 3.2",
+                  [NAN_READ] if course.SIMULATOR else [UNZEROED, NAN_READ])  # a GPU: garbage, or the simulator's eyes
+    assert "overwritten" not in msg, msg
+
+
+def test_sum_check_names_stale_cells_past_the_end():
+    """A GPU's stale shared memory, emulated on any device: the cells past the end of x hold 1.0 (an earlier
+    block's x, about 1): too much by that, and the message says where it comes from."""
+    msg = rejects(checks.check_sum_kernel, mutant(L.sum_kernel, "s[tid] = np.float32(0.0)", "s[tid] = np.float32(1.0)"),
+                  "Exercise 3.2", [UNZEROED])
+    assert "too much" in msg and "overwritten" not in msg, msg
+
+
+def test_sum_diagnosis_says_overwritten_only_when_the_total_fits():
+    """The H100's case (n=1,000,003, block 256, start -10.072): 253.47 too much is garbage, not an overwrite;
+    one block's sum or the sum without the start, to float32's rounding, is one."""
+    x = np.random.default_rng(0).uniform(0.5, 1.5, 1_000_003).astype(np.float32)
+    start, block = -10.072, 256
+    grid = -(-x.size // block)
+    want = start + float(x.astype(np.float64).sum())
+
+    def say(got, nan_filled=False):
+        return checks._sum_diagnosis(got, want, start, x, block, grid, nan_filled)
+
+    for wrong in (want + 253.47, want - start + 50, want - 40):
+        assert "overwritten" not in say(wrong) and UNZEROED in say(wrong), say(wrong)
+    signs = checks._sum_diagnosis(want + 253.47, want, start, x - np.float32(1), block, grid, False)
+    assert "both signs" in signs and UNZEROED in signs, signs  # every partial case names the cells past the end
+    assert "overwritten" in say(float(np.float32(x[-(x.size % block):].sum())))  # the last block's sum
+    assert "overwritten" in say(float(np.float32(want - start)))                 # every block's, without the start
+    assert "the check fills shared memory with NaN" in say(float("nan"), nan_filled=True)
+    assert "the check fills" not in say(float("nan")) and "holds whatever was there before" in say(float("nan"))
 
 
 @pytest.mark.parametrize("edits", [

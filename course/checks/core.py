@@ -680,7 +680,8 @@ def run_inplace_steps(exercise, kernel, cases, hint, atol=INPLACE_ATOL, rtol=INP
 
     A case is dict(name, grid, block, names, state, steps): `state` are the host arrays updated in place
     (parameters first, then the optimizer's state, as named by `names`); each step is
-    (gradient, scalars, expected state after the step). The kernel is called as
+    (gradient, scalars, expected state after the step), optionally followed by a slack per array: an absolute
+    tolerance per element added to `atol` (a float32 error bound where the update cancels). The kernel is called as
     kernel(state[0], gradient, *state[1:], *scalars): parameters, gradient, state, hyperparameters. `hint` is a
     sentence, or a dict from an array's name to what to look at when that array is wrong (None: the rest).
     `largest` as in run_cases. `diagnose(name, got, expected, before)`, called when no element of the array was
@@ -713,7 +714,8 @@ def _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on, diagnose=None):
     guard = max(max(block), 4, threads - min(a.size for a in c["state"]))
     bufs = [padded_inout(a, guard, on.to_device) for a in c["state"]]
     before = [np.asarray(a) for a in c["state"]]
-    for k, (g, scalars, expected) in enumerate(c["steps"], 1):
+    for k, (g, scalars, expected, *slack) in enumerate(c["steps"], 1):
+        slack = slack[0] if slack else (0,) * len(bufs)
         case = f"{on.where}with {c['name']}, step {k} of {len(c['steps'])}, grid={c['grid']}, block={c['block']}"
         views = [p.view for p in bufs]
         grad = padded_input(g, guard, on.to_device)
@@ -721,17 +723,18 @@ def _run_inplace_case(exercise, kernel, c, hint, atol, rtol, on, diagnose=None):
         on.launch(exercise, case, kernel, c["grid"], c["block"], args, hint)
         for k in _state_first(len(bufs)):  # the state (m, v) before p: a wrong v is named v, not p
             p, name, e, prev = bufs[k], c["names"][k], expected[k], before[k]
+            tol = atol + slack[k]
             where = f"{case} (array {name})"
             hint = hints.get(name, hints[None])
             got = p.guards(exercise, where, hint)
-            stale = (got == prev) & ~np.isclose(e, prev, atol=atol, rtol=rtol)
+            stale = (got == prev) & ~np.isclose(e, prev, atol=tol, rtol=rtol)
             if stale.any():
                 idx = tuple(int(i) for i in np.argwhere(stale)[0])
                 fail(exercise, where, f"{name}{list(idx)} did not change in this step (it still holds "
                      f"{plain(prev[idx])}, expected {plain(e[idx])}): never written, or the update came out as zero? "
                      f"({stale.sum()} of {stale.size} elements unchanged)", hint)
             why = diagnose(name, got, e, prev) if diagnose else None
-            compare(exercise, where, got, e, atol, rtol, why or hint)
+            compare(exercise, where, got, e, tol, rtol, why or hint)
         grad.unchanged(exercise, case, "g (the gradient)", hints[None])
         before = list(expected)
 

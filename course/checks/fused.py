@@ -15,6 +15,8 @@ from course.checks.core import (MAX_THREADS, _names, call, code_names, exercise,
 
 WARP = 32
 SCRATCH = 1024  # the check's kernel: a shared cell per thread for the simulator's shuffles (blocks up to 1024)
+COUNTED = 2048  # the counting kernel's scr: SCRATCH cells, then a count per thread (a shape numba-cuda compiles
+                # only as a constant: `2 * SCRATCH` ran in the simulator and failed every GPU compile)
 ACC = 16        # values per thread in exercise 12.1's check, as phase B's 16 classes
 
 
@@ -90,11 +92,13 @@ def _every_lane_shuffles(ex, fn):
 
 
 def _counting(fn, shfl, depth=0):
-    """A copy of device function fn, and of the device functions it calls by name, whose `shfl_xor` is `shfl`."""
+    """A copy of device function fn, and of the device functions it calls by name, whose `shfl_xor` (under that name
+    or another: course.ptx's function itself) is `shfl`."""
+    from course.ptx import shfl_xor
     py = getattr(fn, "py_func", fn)
     names = dict(py.__globals__)
     for name in _names(py.__code__):
-        if name == "shfl_xor":
+        if name == "shfl_xor" or names.get(name) is shfl_xor:
             names[name] = shfl
         elif hasattr(names.get(name), "py_func") and depth < 8:
             names[name] = _counting(names[name], shfl, depth + 1)
@@ -103,7 +107,7 @@ def _counting(fn, shfl, depth=0):
 
 
 def _shfl_counter():
-    """shfl_xor that also adds 1 to scr[SCRATCH + threadIdx.x]: the counting kernels' scr has 2 * SCRATCH cells."""
+    """shfl_xor that also adds 1 to scr[SCRATCH + threadIdx.x]: the counting kernels' scr has COUNTED cells."""
     from course.ptx import shfl_xor
 
     @cuda.jit(device=True)
@@ -132,7 +136,7 @@ def _count_kernel(fn, which):
 
     @cuda.jit
     def kernel(x, count):
-        scr = cuda.shared.array(2 * SCRATCH, float32)
+        scr = cuda.shared.array(COUNTED, float32)
         acc = cuda.local.array(ACC, float32)
         t = cuda.threadIdx.x
         scr[SCRATCH + t] = float32(0)
@@ -144,10 +148,9 @@ def _count_kernel(fn, which):
     return kernel
 
 
-def shuffles_per_lane(fn, which):
-    """How many shfl_xor calls each lane of one warp makes in one call of the student's device function fn (which:
-    0 warp_sum, 1 halve with half 8, 2 warp_class_sums); None when they cannot be counted (fn's shuffles are not
-    calls of the name shfl_xor, e.g. cuda.shfl_xor_sync on a GPU, or the counting run failed)."""
+def _shuffle_count(fn, which):
+    """(shfl_xor calls per lane of one warp in one call of fn, None), or (None, why they could not be counted). The
+    same kernel on every machine: on a GPU it compiles and runs there (real shuffles), in the simulator there."""
     x = np.random.default_rng(1).standard_normal((WARP, ACC)).astype(np.float32)
     try:
         with simulated():
@@ -155,20 +158,31 @@ def shuffles_per_lane(fn, which):
             count = cuda.to_device(np.zeros(WARP, np.float32))
             kernel[1, WARP](cuda.to_device(x), count)
             got = count.copy_to_host()
-    except Exception:   # the check's correctness run passed: what remains is only the count
-        return None
-    return None if not got.any() else got.astype(int)
+    except Exception as e:  # the check's correctness run passed: what remains is only the count
+        return None, f"the counting run raised {type(e).__name__}"
+    if not got.any():
+        return None, "no call of course.ptx's shfl_xor (cuda.shfl_xor_sync itself?)"
+    return got.astype(int), None
+
+
+def shuffles_per_lane(fn, which):
+    """How many shfl_xor calls each lane of one warp makes in one call of the student's device function fn (which:
+    0 warp_sum, 1 halve with half 8, 2 warp_class_sums); None when they cannot be counted (_shuffle_count says why)."""
+    return _shuffle_count(fn, which)[0]
 
 
 def _shuffle_budget(ex, fn, which, spec, hint):
-    """Fail unless every lane makes exactly `spec` shuffles in one call of fn (what the spec says); no count (see
-    shuffles_per_lane) is not a failure."""
+    """Fail unless every lane makes exactly `spec` shuffles in one call of fn (what the spec says). No count is not a
+    failure, but the pass line must not claim one: return the note it gets then, else ""."""
     __tracebackhide__ = True
-    got = shuffles_per_lane(fn, which)
-    if got is not None and (got != spec).any():
+    got, why = _shuffle_count(fn, which)
+    if got is None:
+        return f"; the shuffles could not be counted ({why}), so the spec's {spec} a lane went unchecked"
+    if (got != spec).any():
         lane = int(np.argmax(got != spec))
         fail(ex, "counting the shuffles of one call, in a warp of 32 lanes", f"lane {lane} made {got[lane]} calls "
              f"of shfl_xor, where the spec says {spec}", hint)
+    return ""
 
 
 def _warp_sum_kernel(warp_sum):
@@ -225,9 +239,9 @@ def check_warp_sum(warp_sum, seed=0):
                           "a GPU a shuffle that a lane of its mask does not join is undefined); output 2 is a second "
                           "call right after the first: a sum through scr must not be overwritten before every lane "
                           "has read it")
-    _shuffle_budget("Exercise 11.2", warp_sum, 0, 5, "five exchanges, one shfl_xor each (masks 16, 8, 4, 2, 1): "
-                    "each doubles the lanes a sum covers, so five cover 32")
-    return what + unread
+    uncounted = _shuffle_budget("Exercise 11.2", warp_sum, 0, 5, "five exchanges, one shfl_xor each (masks 16, 8, "
+                                "4, 2, 1): each doubles the lanes a sum covers, so five cover 32")
+    return what + unread + uncounted
 
 
 def _ordinal(n):
@@ -333,12 +347,12 @@ def check_halve(halve, seed=0):
     run_cases("Exercise 12.1", _halve_kernel(halve), cases, atol=1e-5, rtol=1e-5,
               hint="look at which half each lane keeps (the lane's bit `mask` set: the upper half), what it sends (the "
                    "half it drops), and that it adds what it receives to what it keeps, for k < half")
-    _shuffle_budget("Exercise 12.1", halve, 1, 8, "one shfl_xor per kept class, `half` in all (8 here): each lane "
-                    "sends only the half it drops")
+    uncounted = _shuffle_budget("Exercise 12.1", halve, 1, 8, "one shfl_xor per kept class, `half` in all (8 "
+                                "here): each lane sends only the half it drops")
     threads = [c["inputs"][0].shape[0] for c in cases]
     blocks = ", ".join(sorted({str(c["block"]) for c in cases}))
     return (f"{len(cases)} random cases of 16 values per thread, each (half, mask) pair the kernels use "
-            f"({min(threads)} to {max(threads):,} threads, whole warps and not), blocks {blocks}" + unread)
+            f"({min(threads)} to {max(threads):,} threads, whole warps and not), blocks {blocks}" + unread + uncounted)
 
 
 def _tile_origin_kernel(tile_origin):
@@ -462,8 +476,8 @@ def check_warp_class_sums(warp_class_sums, seed=0):
               hint="thread i should return class (i % 32) >> 1 summed over its warp's 32 threads, the same sum in "
                    "lanes l and l ^ 1: which lanes does each of your exchanges combine, and which class does each "
                    "lane keep?")
-    _shuffle_budget("Exercise 12.2", warp_class_sums, 2, 16, "four halvings send 8 + 4 + 2 + 1 values and the last "
-                    "exchange 1: 16 shuffles, each lane sending only what it drops")
+    uncounted = _shuffle_budget("Exercise 12.2", warp_class_sums, 2, 16, "four halvings send 8 + 4 + 2 + 1 values "
+                                "and the last exchange 1: 16 shuffles, each lane sending only what it drops")
     return (f"{len(cases)} random cases of 16 values per thread ({min(c['inputs'][0].shape[0] for c in cases)} to "
             f"{max(c['inputs'][0].shape[0] for c in cases):,} threads, whole warps and not), blocks {blocks}"
-            + unread)
+            + unread + uncounted)

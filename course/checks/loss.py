@@ -268,33 +268,8 @@ def _sum_case(ex, sum_kernel, c, hint, on):
              "cuda.syncthreads() calls. A barrier inside an `if` that depends on the thread (or a return "
              "before one) is undefined behaviour on a GPU: a hang or a wrong sum", hint)
     got, want = float(total.guards(ex, case, hint)[0]), float(start) + float(x.astype(np.float64).sum())
-    diff = got - want
-    # float32: a tree of n positive numbers is off by at most ~log2(n) ulps of the total; allow 1e-5
-    positive = bool((x > 0).all())  # the diagnoses below count elements of a positive x
-    if not abs(diff) <= 1e-5 * (abs(float(start)) + float(np.abs(x).sum())):
-        sums = x.astype(np.float64).reshape(-1)
-        partials = [sums[b * block:(b + 1) * block].sum() for b in range(grid)]
-        msg = f"total[0] should be {want:.5f} (start + sum(x)) but is {got:.5f}"
-        if np.isnan(got):
-            msg += (". NaN: a tree step read a shared cell that no thread had written yet (the check fills "
-                    "shared memory with NaN): a cuda.syncthreads() is missing after the load or after a "
-                    "step, or threads past the end of x did not store 0")
-        elif not positive:
-            msg += (": x has values of both signs and zeros here (the spec allows any float32): is every value "
-                    "added, whatever its sign, and every block's sum, negative too?")
-        elif any(abs(got - p) < 1e-3 * abs(p) for p in partials) or abs(got - (want - start)) < 1e-3 * want:
-            msg += (". That is one block's sum, or the sum without the starting value: total[0] was "
-                    "overwritten (=) instead of added to (cuda.atomic.add)")
-        elif diff < 0:
-            msg += (f": short by {-diff:.4f}, about {-diff / x.mean():.1f} elements' worth, so some cells never "
-                    "reached s[0]. Is a cuda.syncthreads() missing after a tree step (a thread then reads its "
-                    "partner's cell before the partner has added into it)?")
-            if block & (block - 1):
-                msg += (f" Or, with this block of {block} threads (not a power of two), does half round down "
-                        "(step // 2)? That drops the last cell of every odd step: round up")
-        else:
-            msg += f": {diff:.4f} too much, about {diff / x.mean():.1f} elements counted twice"
-        fail(ex, case, msg, hint)
+    if not abs(got - want) <= _sum_tolerance(x, start):
+        fail(ex, case, _sum_diagnosis(got, want, start, x, block, grid, stats.active), hint)
     if stats.active and len(stats.atomic_adds) != grid:
         if not stats.atomic_adds:
             fail(ex, case, "the total is right here, but only because the simulator runs the blocks one after "
@@ -302,6 +277,50 @@ def _sum_case(ex, sum_kernel, c, hint, on):
                  "plain += at the same time lose each other's additions", hint)
         fail(ex, case, f"{len(stats.atomic_adds)} atomic adds for {grid} block{'s' * (grid > 1)}: reduce each "
              "block in shared memory first, then let one thread per block add the block's sum", hint)
+
+
+def _sum_tolerance(x, start=0.0):
+    """How far a right total may lie from start + sum(x) in float64: a tree of float32 additions is off by about
+    log2(n) ulps of the magnitudes summed, atomic adds of the blocks' sums by a few more; 1e-5 of them allows it."""
+    return 1e-5 * (abs(float(start)) + float(np.abs(x.astype(np.float64)).sum()))
+
+
+def _sum_diagnosis(got, want, start, x, block, grid, nan_filled):
+    """What a wrong total (got, where start + sum(x) = want) says about the kernel. `nan_filled`: shared memory
+    started as NaN (the simulator's instruments); on a GPU it holds whatever an earlier block or kernel left."""
+    diff = got - want
+    positive = bool((x > 0).all())  # the diagnoses below count elements of a positive x
+    partial = x.size % block != 0   # the last block has threads past the end of x, whose cells must hold 0
+    blocks = [x[b * block:(b + 1) * block] for b in range(grid)]
+    msg = f"total[0] should be {want:.5f} (start + sum(x)) but is {got:.5f}"
+    unwritten = (" Or the shared cells of threads past the end of x did not hold 0: each must store 0 there (on a "
+                 "GPU a cell no thread writes holds whatever an earlier block or kernel left, not 0)") if partial else ""
+    if np.isnan(got):
+        if nan_filled:
+            return msg + (". NaN: a tree step read a shared cell that no thread had written yet (the check fills "
+                          "shared memory with NaN): a cuda.syncthreads() is missing after the load or after a "
+                          "step, or threads past the end of x did not store 0")
+        return msg + (". NaN: a tree step read a shared cell that held no number (on a GPU a cell no thread wrote "
+                      "holds whatever was there before): a cuda.syncthreads() missing after the load or after a "
+                      "step, or threads past the end of x that did not store 0")
+    if not positive:
+        return msg + (": x has values of both signs and zeros here (the spec allows any float32): is every value "
+                      "added, whatever its sign, and every block's sum, negative too?" + unwritten)
+    # overwritten: the total is exactly one block's float32 sum (the last to write wins), or the sum of every
+    # block without the start value, each within float32's rounding of it
+    if (any(abs(got - b.astype(np.float64).sum()) <= _sum_tolerance(b) for b in blocks)
+            or abs(got - (want - float(start))) <= _sum_tolerance(x, start)):
+        return msg + (". That is one block's sum, or the sum without the starting value: total[0] was "
+                      "overwritten (=) instead of added to (cuda.atomic.add)")
+    if diff < 0:
+        msg += (f": short by {-diff:.4f}, about {-diff / x.mean():.1f} elements' worth, so some cells never "
+                "reached s[0]. Is a cuda.syncthreads() missing after a tree step (a thread then reads its "
+                "partner's cell before the partner has added into it)?")
+        if block & (block - 1):
+            msg += (f" Or, with this block of {block} threads (not a power of two), does half round down "
+                    "(step // 2)? That drops the last cell of every odd step: round up.")
+        return msg + unwritten
+    return msg + f": {diff:.4f} too much, about {diff / x.mean():.1f} elements' worth: some counted twice?" + unwritten
 
 
 # --- Exercise 3.3: a launcher, checked by calling it ----------------------------------------------------

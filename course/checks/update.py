@@ -47,8 +47,8 @@ def _run_extra(ex, kernel, cases, hint):
             owned = np.zeros(c["state"][0].size, bool)
             for b in keep:
                 owned[b * c["block"]:(b + 1) * c["block"]] = True
-            c["steps"] = [(g, sc, tuple(np.where(owned, e, s0) for e, s0 in zip(exp, c["state"])))
-                          for g, sc, exp in c["steps"]]
+            c["steps"] = [(g, sc, tuple(np.where(owned, e, s0) for e, s0 in zip(exp, c["state"])), *slack)
+                          for g, sc, exp, *slack in c["steps"]]
         with only_blocks(lambda b, keep=keep: keep is None or b[0] in keep):
             _run_inplace_case(ex, kernel, c, hint, c.pop("atol"), INPLACE_RTOL, ON_THIS_DEVICE)
 
@@ -65,6 +65,32 @@ def _shapes():
 
 def _f32(x):
     return np.float32(x)
+
+
+U32 = 2.0 ** -24  # float32's unit roundoff: one rounding changes a value by at most this much of it
+
+
+def _adam_slack(g, scalars, state, inherited):
+    """How far a right kernel's p, m, v may lie from adam_ref's after one step, per element (float64 arrays): twice
+    (the kernel's rounding and the reference's) a first-order bound on one float32 evaluation in any order, fused
+    multiply-adds or not, plus what the step inherits from the state's earlier differences (`inherited`).
+
+    Where beta1 * m and (1 - beta1) * g nearly cancel, the new m's error is a few ulps of those terms, not of m,
+    and the step (lr times m over the root of v: about lr, whatever the scale of the values) carries it along."""
+    lr, b1, b2, eps, bc1, bc2 = (float(x) for x in scalars)
+    p, m, v = (a.astype(np.float64) for a in state)
+    dp, dm, dv = inherited
+    g = g.astype(np.float64)
+    m_new = b1 * m + (1 - b1) * g
+    v_new = b2 * v + (1 - b2) * g * g                       # a sum of two terms >= 0: no cancellation
+    dm_new = b1 * dm + 2 * 3 * U32 * (np.abs(b1 * m) + np.abs((1 - b1) * g))  # 1 - beta1, the product, the sum
+    dv_new = b2 * dv + 2 * 4 * U32 * v_new                  # 1 - beta2, two products, the sum
+    d = np.sqrt(v_new / bc2) + eps
+    rel_d = np.divide(dv_new, 2 * v_new, out=np.zeros_like(v_new), where=v_new > 0) + 2 * 4 * U32  # /, sqrt, +
+    step = lr * m_new / (bc1 * d)
+    d_step = lr * dm_new / (bc1 * d) + np.abs(step) * (rel_d + 2 * 3 * U32)  # times lr, / bc1, / d
+    dp_new = dp + d_step + 2 * U32 * np.abs(p - step)       # the subtraction
+    return dp_new, dm_new, dv_new
 
 
 @exercise("5.1", nudges=(
@@ -160,7 +186,8 @@ def check_adam_kernel(adam_kernel, seed=0):
     Domain: as 5.1's (sizes up to 407,097 parameters, a tenth of the gradients exactly 0, a case of values about
     1e-7 at a tolerance of that scale, 5 steps), per-parameter gradient scales from 1e-4 to 1 (eps's place shows
     on the small ones), from t = 1 with m = v = 0 in the first case and mid-training (t from 6) in the others;
-    lr, beta1, beta2, eps, bc1, bc2 np.float32."""
+    lr, beta1, beta2, eps, bc1, bc2 np.float32. Tolerance: run_inplace_steps' plus a float32 error bound of each
+    element's step (_adam_slack), which a GPU's fused multiply-adds need where m's update cancels."""
     rng = np.random.default_rng(seed + 2)
 
     def case(k, name, n, grid, block, size, count=STEPS):
@@ -175,12 +202,14 @@ def check_adam_kernel(adam_kernel, seed=0):
         lr = _f32(rng.uniform(0.01, 0.1))
         beta1, beta2 = _f32(rng.uniform(0.8, 0.95)), _f32(rng.uniform(0.99, 0.999))
         eps = _f32(10.0 ** rng.uniform(-8, -6) * size)
-        steps, cur = [], (p, m, v)
+        steps, cur, slack = [], (p, m, v), (0.0, 0.0, 0.0)
         for t in range(t0 + 1, t0 + count + 1):
             g = (scale * _gradient(rng, n)).astype(np.float32)
-            cur = adam_ref(cur[0], g, cur[1], cur[2], t, lr, beta1, beta2, eps)
             bc1, bc2 = _f32(1 - float(beta1) ** t), _f32(1 - float(beta2) ** t)
-            steps.append((g, (lr, beta1, beta2, eps, bc1, bc2), cur))
+            scalars = (lr, beta1, beta2, eps, bc1, bc2)
+            slack = _adam_slack(g, scalars, cur, slack)
+            cur = adam_ref(cur[0], g, cur[1], cur[2], t, lr, beta1, beta2, eps)
+            steps.append((g, scalars, cur, slack))
         return dict(name=f"{name}, steps t={t0 + 1}..{t0 + count}, lr={lr:.3f}, beta1={beta1:.3f}, "
                          f"beta2={beta2:.4f}", grid=grid, block=block, names=("p", "m", "v"), state=[p, m, v],
                     steps=steps)
