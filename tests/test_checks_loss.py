@@ -203,7 +203,7 @@ def test_sum_check_uses_blocks_that_are_not_powers_of_two(monkeypatch):
 
 # --- Exercise 3.3: planted wrong launchers for the mean ---------------------------------------------------
 
-SUM = "sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out)"
+SUM = "block_sum[cdiv(n, THREADS), THREADS, stream](x, out)"   # the solution launches registry.pick("3.2", sum_kernel)
 DIV = "div_kernel[1, 1, stream](out, np.float32(n))"
 
 
@@ -212,7 +212,7 @@ DIV = "div_kernel[1, 1, stream](out, np.float32(n))"
     bug("forgets to zero out", ["reset out", "was out reset", "the mean of x is"],  # GPU: junk in out shows by value
         ("zero_kernel[1, 1, stream](out)", "pass")),
     # floor: the last, part-full block is never launched
-    bug("floor grid", ["cdiv", "batch_mean raised"], (SUM, "sum_kernel[max(n // 128, 1), 128, stream](x, out)")),
+    bug("floor grid", ["cdiv", "batch_mean raised"], (SUM, "block_sum[max(n // 128, 1), 128, stream](x, out)")),
     bug("mean on the host", ["copied an array to the host"],
         (SUM, "out.copy_to_device(np.array([x.copy_to_host().mean()], np.float32))"), (DIV, "pass")),
     # ignores out: the caller's buffer is never filled
@@ -221,7 +221,7 @@ DIV = "div_kernel[1, 1, stream](out, np.float32(n))"
         ("np.float32(n))", "np.float32(cdiv(n, THREADS)))")),
     # the stream argument, which notebook 08 (08_time) records launches through, is accepted but not used
     bug("sum on the default stream", ["sum_kernel was launched on the default stream"],
-        (SUM, "sum_kernel[cdiv(n, THREADS), THREADS](x, out)")),
+        (SUM, "block_sum[cdiv(n, THREADS), THREADS](x, out)")),
     bug("every launch on the default stream", ["zero_kernel was launched on the default stream"],
         (", stream](", "](", 3)),
     bug("divides by n - 1", ["the sum was divided by n - 1"], ("np.float32(n))", "np.float32(n - 1))")),
@@ -281,9 +281,9 @@ def test_shared_array_smaller_than_the_block_rejected():
 
 
 @pytest.mark.parametrize("old, new, says", [
-    ("sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out)", "sum_kernel[THREADS, cdiv(n, THREADS), stream](x, out)",
+    (SUM, "block_sum[THREADS, cdiv(n, THREADS), stream](x, out)",
      ["the grid comes first"]),
-    ("sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out)", "sum_kernel[1, n, stream](x, out)",
+    (SUM, "block_sum[1, n, stream](x, out)",
      ["block size changes with n", "at most 1024", "CUDA_ERROR_INVALID_VALUE"]),  # a GPU refuses the launch itself
     ("zero_kernel[1, 1, stream](out)", "out.copy_to_device(np.zeros(1, np.float32))", ["copied an array from the host"]),
     ("zero_kernel[1, 1, stream](out)", "out[:] = 0", ["copied values from the host"]),
@@ -295,7 +295,7 @@ def test_mean_launch_and_copies_rejected(old, new, says):
 
 
 def test_mean_with_another_block_size_passes(capsys):
-    other = mutant(L.batch_mean, "sum_kernel[cdiv(n, THREADS), THREADS, stream](x, out)", "sum_kernel[cdiv(n, 128), 128, stream](x, out)")
+    other = mutant(L.batch_mean, SUM, "block_sum[cdiv(n, 128), 128, stream](x, out)")
     checks.check_batch_mean(other)
     assert "✓ Exercise 3.3 passed" in capsys.readouterr().out
 

@@ -316,10 +316,11 @@ class GraphedStep:
         self.neg_lr = torch.zeros((), device="cuda")                            # -lr, set between replays
         self.counter = torch.zeros(1, dtype=torch.long, device="cuda")          # the step the next replay takes
         self.perm_d = _perm_buffer(torch, data, B)
-        rows = torch.arange(B, device="cuda")
+        self.rows = torch.arange(B, device="cuda")   # an attribute: a graph reads it at every replay, so it must
+                                                      # outlive __init__ (freed, its memory went to the next tensor)
 
         def step():
-            idx = self.perm_d[self.counter * B + rows]                          # (B,) rows of X, read on the GPU
+            idx = self.perm_d[self.counter * B + self.rows]                     # (B,) rows of X, read on the GPU
             loss = torch.nn.functional.cross_entropy(self.model(X_d[idx]), y_d[idx])
             grads = torch.autograd.grad(loss, self.params)
             with torch.no_grad():
