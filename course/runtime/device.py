@@ -261,7 +261,6 @@ def patch_simulator():
     K, kernel = internals()
     if getattr(K.FakeCUDAShared.array, "_course", False):
         return
-    import numpy as np
     upstream = (K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add, K.FakeCUDAModule.syncthreads)
     lock = threading.Lock()
 
