@@ -34,15 +34,18 @@ import math
 from collections import namedtuple
 
 import numpy as np
+from llvmlite import ir
 from numba import cuda, float32, types, uint64
 
 import course
+from course import ptx
 from course.grad import mlp_grads_ref, mlp_loss_ref
 from course.loss import zero_kernel
 from course.ptx import grid_barrier, shfl_xor, stamp
 from course.train import evaluate, init_params, run_epochs
 from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
-from course.runtime.util import cdiv, require
+from course.runtime.intrinsics import EVERY_THREAD_SHUFFLES, intrinsic
+from course.runtime.util import Specialized, cdiv, require
 
 TJ = 8             # hidden units per tile: two groups of 4, a thread's 4 accumulators per row
 TK = 100           # inputs per tile (784 = 7 x 100 + 84): a row of a tile is 400 bytes, a multiple of 16
@@ -88,13 +91,15 @@ SMALL_CELLS = 2 * MAX_BATCH * UJ + MAX_BATCH * NC_PAD   # H, dH columns and dZ2 
 SMALL_PER = 10     # cells a thread loads at once (SMALL_CELLS / THREADS)
 SMALL_ONE = SMALL_CELLS   # sS[SMALL_ONE] = 1: the second factor of the sums of b1 and b2
 
-_JIT = {} if course.SIMULATOR else dict(max_registers=REGS)
-_SIM = course.SIMULATOR   # the simulator's shuffles go through shared memory: every thread must call them
-X_ALIGN = None if course.SIMULATOR else 16   # bytes: where sX starts (the TMA needs 16)
+X_ALIGN = 16       # bytes: where sX starts (the TMA needs 16)
 
 Batch = namedtuple("Batch", "X y perm")       # the data: X (N, K) float32, y (N,) int labels, perm (n,) int64 rows
 Weights = namedtuple("Weights", "W1 b1 W2 b2")  # the parameters: W1 (K, hidden), b1 (hidden,), W2 (hidden, C), b2 (C,)
 Acts = namedtuple("Acts", "Z H dZ2 dH")       # a step's buffers: Z, H, dH (B, hidden), dZ2 (B, C), float32
+Steps = namedtuple("Steps", "step0 nsteps lr losses T")  # a launch's steps step0 .. step0 + nsteps - 1, the
+#                                               learning rate, losses (steps,) float32 and T, the clocks (stamp)
+Shared = namedtuple("Shared", "sX sW sdH sP mbar")  # a block's shared memory: tiles of X, W1 and dH, the scratch
+#                                               cells sP (P_CELLS) and the TMA's mbarrier
 
 
 # %% notebooks/11_fused.ipynb cell c041
@@ -124,139 +129,119 @@ def tile_origin(tile, hidden):
 
 
 # %% notebooks/11_fused.ipynb cell gt2
-if course.SIMULATOR:
-    def prefetch_l2(X, i, k):
-        """The simulator has no cache: nothing to do."""
-
-    def has_tma():
-        """The simulator has no TMA: stage_x copies X."""
+def has_tma():
+    """Does this GPU copy from memory to shared memory by itself (PTX cp.async.bulk: compute capability 9.0+)?
+    Where not, the copy_ intrinsics compile to nothing, and the kernels stage X with stage_x."""
+    try:
+        return cuda.get_current_device().compute_capability >= (9, 0)
+    except cuda.CudaSupportError:
         return False
-
-    def copy_init(*args):
-        """Not in the simulator (has_tma() is False)."""
-        raise NotImplementedError("the TMA needs a GPU of compute capability 9.0 or more")
-
-    copy_expect = copy_tile = copy_done = copy_fence = copy_fence_global = copy_init
-
-    def load4(a, i):
-        """a[i], a[i + 1], a[i + 2], a[i + 3]."""
-        return a[i], a[i + 1], a[i + 2], a[i + 3]
 
 
 # %% notebooks/11_fused.ipynb cell gt2-2
-if not course.SIMULATOR:
-    from llvmlite import ir
-    from numba.cuda.extending import intrinsic
+@intrinsic
+def load4(typingctx, a, i):
+    """a[i], a[i + 1], a[i + 2], a[i + 3] of a shared array in ONE instruction (PTX ld.shared.v4.f32: 16 bytes,
+    i a multiple of 4, the array 16-byte aligned) instead of four."""
+    sig = types.UniTuple(types.float32, 4)(a, i)
 
-    from course.ptx import SHARED, address, asm
-
-    @intrinsic
-    def load4(typingctx, a, i):
-        """a[i], a[i + 1], a[i + 2], a[i + 3] of a shared array in ONE instruction (PTX ld.shared.v4.f32: 16 bytes,
-        i a multiple of 4, the array 16-byte aligned) instead of four."""
-        sig = types.UniTuple(types.float32, 4)(a, i)
-
-        def codegen(context, builder, sig, args):
-            f = ir.FloatType()
-            out = asm(builder, "{ .reg .u64 a; .reg .u32 s; " + SHARED.format("$4", "s") +
+    def codegen(context, builder, sig, args):
+        f = ir.FloatType()
+        out = ptx.asm(builder, "{ .reg .u64 a; .reg .u32 s; " + ptx.SHARED.format("$4", "s") +
                       " ld.shared.v4.f32 {$0, $1, $2, $3}, [s]; }", "=f,=f,=f,=f,l,~{memory}",
-                      [address(context, builder, sig, args, 0, 1)], ir.LiteralStructType([f, f, f, f]))
-            return context.make_tuple(builder, sig.return_type, [builder.extract_value(out, k) for k in range(4)])
-        return sig, codegen
+                      [ptx.address(context, builder, sig, args, 0, 1)], ir.LiteralStructType([f, f, f, f]))
+        return context.make_tuple(builder, sig.return_type, [builder.extract_value(out, k) for k in range(4)])
+    return sig, codegen
 
-    @intrinsic
-    def prefetch_l2(typingctx, X, i, k):
-        """Ask the L2 cache for the 128-byte line of X[i, k] (PTX prefetch.global.L2): no thread waits for it."""
-        def codegen(context, builder, sig, args):
-            asm(builder, "prefetch.global.L2 [$0];", "l", [address(context, builder, sig, args, 0, 2)])
-            return context.get_dummy_value()
-        return types.void(X, i, k), codegen
 
-    def has_tma():
-        """Does this GPU copy from memory to shared memory by itself (PTX cp.async.bulk: compute capability 9.0+)?
-        Where not, the copy_ intrinsics compile to nothing, and the kernels stage X with stage_x."""
-        try:
-            return cuda.get_current_device().compute_capability >= (9, 0)
-        except cuda.CudaSupportError:
-            return False
+@intrinsic
+def prefetch_l2(typingctx, X, i, k):
+    """Ask the L2 cache for the 128-byte line of X[i, k] (PTX prefetch.global.L2): no thread waits for it."""
+    def codegen(context, builder, sig, args):
+        ptx.asm(builder, "prefetch.global.L2 [$0];", "l", [ptx.address(context, builder, sig, args, 0, 2)])
+        return context.get_dummy_value()
+    return types.void(X, i, k), codegen
 
 
 # %% notebooks/11_fused.ipynb cell gt2-3
-if not course.SIMULATOR:
-    @intrinsic
-    def copy_init(typingctx, mbar):
-        """mbar[0] (uint64, shared memory) := an mbarrier that completes a phase when one thread has arrived and
-        the bytes it announced have landed (PTX mbarrier.init), made visible to the TMA."""
-        def codegen(context, builder, sig, args):
-            if has_tma():
-                asm(builder, "{ .reg .u64 a; .reg .u32 m; " + SHARED.format("$0", "m") +
+@intrinsic
+def copy_init(typingctx, mbar):
+    """mbar[0] (uint64, shared memory) := an mbarrier that completes a phase when one thread has arrived and
+    the bytes it announced have landed (PTX mbarrier.init), made visible to the TMA."""
+    def codegen(context, builder, sig, args):
+        if has_tma():
+            ptx.asm(builder, "{ .reg .u64 a; .reg .u32 m; " + ptx.SHARED.format("$0", "m") +
                     " mbarrier.init.shared::cta.b64 [m], 1; fence.mbarrier_init.release.cluster; }", "l",
-                    [address(context, builder, sig, args, 0)])
-            return context.get_dummy_value()
-        return types.void(mbar), codegen
+                    [ptx.address(context, builder, sig, args, 0)])
+        return context.get_dummy_value()
+    return types.void(mbar), codegen
 
-    @intrinsic
-    def copy_expect(typingctx, mbar, nbytes):
-        """Arrive on mbar[0] and announce nbytes more to land in this phase (PTX mbarrier.arrive.expect_tx)."""
-        def codegen(context, builder, sig, args):
-            if has_tma():
-                asm(builder, "{ .reg .u64 a, s; .reg .u32 m; " + SHARED.format("$0", "m") +
+
+@intrinsic
+def copy_expect(typingctx, mbar, nbytes):
+    """Arrive on mbar[0] and announce nbytes more to land in this phase (PTX mbarrier.arrive.expect_tx)."""
+    def codegen(context, builder, sig, args):
+        if has_tma():
+            ptx.asm(builder, "{ .reg .u64 a, s; .reg .u32 m; " + ptx.SHARED.format("$0", "m") +
                     " mbarrier.arrive.expect_tx.shared::cta.b64 s, [m], $1; }", "l,r",
-                    [address(context, builder, sig, args, 0), context.cast(builder, args[1], sig.args[1], types.uint32)])
-            return context.get_dummy_value()
-        return types.void(mbar, nbytes), codegen
+                    [ptx.address(context, builder, sig, args, 0),
+                     context.cast(builder, args[1], sig.args[1], types.uint32)])
+        return context.get_dummy_value()
+    return types.void(mbar, nbytes), codegen
 
-    @intrinsic
-    def copy_tile(typingctx, sX, Xt, row, nbytes, mbar):
-        """Start the copy of nbytes from Xt[row, 0] on into sX[0] on by the TMA (PTX cp.async.bulk): no
-        thread waits, no register holds the data; mbar[0] counts the bytes as they land. Both addresses 16-byte
-        aligned, nbytes a multiple of 16."""
-        def codegen(context, builder, sig, args):
-            if has_tma():
-                ops = [address(context, builder, sig, args, 0), address(context, builder, sig, args, 1, 1),
-                       context.cast(builder, args[3], sig.args[3], types.uint32), address(context, builder, sig, args, 4)]
-                asm(builder, "{ .reg .u64 a, g; .reg .u32 d, m; " + SHARED.format("$0", "d") +
-                    " cvta.to.global.u64 g, $1; " + SHARED.format("$3", "m") +
+
+@intrinsic
+def copy_tile(typingctx, sX, Xt, row, nbytes, mbar):
+    """Start the copy of nbytes from Xt[row, 0] on into sX[0] on by the TMA (PTX cp.async.bulk): no
+    thread waits, no register holds the data; mbar[0] counts the bytes as they land. Both addresses 16-byte
+    aligned, nbytes a multiple of 16."""
+    def codegen(context, builder, sig, args):
+        if has_tma():
+            ops = [ptx.address(context, builder, sig, args, 0), ptx.address(context, builder, sig, args, 1, 1),
+                   context.cast(builder, args[3], sig.args[3], types.uint32), ptx.address(context, builder, sig, args, 4)]
+            ptx.asm(builder, "{ .reg .u64 a, g; .reg .u32 d, m; " + ptx.SHARED.format("$0", "d") +
+                    " cvta.to.global.u64 g, $1; " + ptx.SHARED.format("$3", "m") +
                     " cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [d], [g], $2, [m]; }",
                     "l,l,r,l", ops)
-            return context.get_dummy_value()
-        return types.void(sX, Xt, row, nbytes, mbar), codegen
+        return context.get_dummy_value()
+    return types.void(sX, Xt, row, nbytes, mbar), codegen
 
 
 # %% notebooks/11_fused.ipynb cell gt2-4
-if not course.SIMULATOR:
-    @intrinsic
-    def copy_fence(typingctx):
-        """Order this thread's writes to shared memory before the TMA's (PTX fence.proxy.async): after the
-        zeros of start_copies, before the copies that land on them."""
-        def codegen(context, builder, sig, args):
-            if has_tma():
-                asm(builder, "fence.proxy.async.shared::cta;", "", [])
-            return context.get_dummy_value()
-        return types.void(), codegen
+@intrinsic
+def copy_fence(typingctx):
+    """Order this thread's writes to shared memory before the TMA's (PTX fence.proxy.async): after the
+    zeros of start_copies, before the copies that land on them."""
+    def codegen(context, builder, sig, args):
+        if has_tma():
+            ptx.asm(builder, "fence.proxy.async.shared::cta;", "", [])
+        return context.get_dummy_value()
+    return types.void(), codegen
 
-    @intrinsic
-    def copy_fence_global(typingctx):
-        """Order this thread's accesses to device memory before and after it with the TMA's (PTX
-        fence.proxy.async.global): after gather_tiles' writes to Xt, and before a copy from there."""
-        def codegen(context, builder, sig, args):
-            if has_tma():
-                asm(builder, "fence.proxy.async.global;", "", [])
-            return context.get_dummy_value()
-        return types.void(), codegen
 
-    @intrinsic
-    def copy_done(typingctx, mbar, parity):
-        """1 when mbar[0] has completed its phase of parity `parity` (0, 1, 0, ...): all its bytes landed, and they
-        are visible to this thread; else 0 (PTX mbarrier.try_wait.parity, which waits a while itself)."""
-        def codegen(context, builder, sig, args):
-            if not has_tma():
-                return context.get_constant(types.uint32, 1)
-            return asm(builder, "{ .reg .u64 a; .reg .u32 m; .reg .pred p; " + SHARED.format("$1", "m") +
+@intrinsic
+def copy_fence_global(typingctx):
+    """Order this thread's accesses to device memory before and after it with the TMA's (PTX
+    fence.proxy.async.global): after gather_tiles' writes to Xt, and before a copy from there."""
+    def codegen(context, builder, sig, args):
+        if has_tma():
+            ptx.asm(builder, "fence.proxy.async.global;", "", [])
+        return context.get_dummy_value()
+    return types.void(), codegen
+
+
+@intrinsic
+def copy_done(typingctx, mbar, parity):
+    """1 when mbar[0] has completed its phase of parity `parity` (0, 1, 0, ...): all its bytes landed, and they
+    are visible to this thread; else 0 (PTX mbarrier.try_wait.parity, which waits a while itself)."""
+    def codegen(context, builder, sig, args):
+        if not has_tma():
+            return context.get_constant(types.uint32, 1)
+        return ptx.asm(builder, "{ .reg .u64 a; .reg .u32 m; .reg .pred p; " + ptx.SHARED.format("$1", "m") +
                        " mbarrier.try_wait.parity.shared::cta.b64 p, [m], $2; selp.u32 $0, 1, 0, p; }", "=r,l,r",
-                       [address(context, builder, sig, args, 0), context.cast(builder, args[1], sig.args[1], types.uint32)],
-                       ir.IntType(32))
-        return types.uint32(mbar, parity), codegen
+                       [ptx.address(context, builder, sig, args, 0),
+                        context.cast(builder, args[1], sig.args[1], types.uint32)], ir.IntType(32))
+    return types.uint32(mbar, parity), codegen
 
 
 # %% notebooks/11_fused.ipynb cell f_e2s
@@ -438,13 +423,16 @@ def forward_tile(sX, sW, B, j0, Z, scr):
 
 # %% notebooks/12_kernel.ipynb cell c043-4
 @cuda.jit(device=True)
-def phase_a(data, base, w, acts, sX, sW, sP, origin, fresh_w, mbar, copies, T, i):
-    """Forward: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is staged when
-    `fresh_w` (else sW holds it, as phase C left it); origin: tile_origin of the block's first tile. X[batch, tile]
-    is staged, or when `copies` (one tile per block) waits for the TMA: mbar's round of parity i % 2. Every thread
-    of the block must call it. data: a Batch, w: Weights, acts: Acts (phase A reads X, perm, W1 and adds into Z)."""
+def phase_a(data, w, acts, steps, sh, origin, fresh_w, copies, i):
+    """Forward, the launch's step i: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is
+    staged when `fresh_w` (else sh.sW holds it, as phase C left it); origin: tile_origin of the block's first tile.
+    X[batch, tile] is staged, or when `copies` (one tile per block) waits for the TMA: mbar's round of parity i % 2.
+    Every thread of the block must call it. data: a Batch, w: Weights, acts: Acts (phase A reads X, perm, W1 and
+    adds into Z), steps: Steps, sh: Shared."""
     X, perm, W1, Z = data.X, data.perm, w.W1, acts.Z
+    sX, sW, T = sh.sX, sh.sW, steps.T
     B = Z.shape[0]
+    base = (steps.step0 + i) * B
     K, hidden = W1.shape
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
     tile = cuda.blockIdx.x
@@ -453,12 +441,12 @@ def phase_a(data, base, w, acts, sX, sW, sP, origin, fresh_w, mbar, copies, T, i
         if fresh_w:
             stage_w(W1, k0, j0, sW)
         if copies:
-            wait_x(mbar, i % 2)
+            wait_x(sh.mbar, i % 2)
         else:
             stage_x(X, perm, base, B, k0, sX)
         cuda.syncthreads()
         stamp(T, i, AT_X_STAGED)
-        forward_tile(sX, sW, B, j0, Z, sP[P_CELLS - 512:])
+        forward_tile(sX, sW, B, j0, Z, sh.sP[P_CELLS - 512:])
         tile += cuda.gridDim.x
         if tile < ntiles:                        # (a division: only when there is a next tile)
             cuda.syncthreads()                   # sX and sW are read: the next tile may be staged
@@ -567,14 +555,15 @@ def row_backward(r, label, w, acts, losses, step, sP, T, i):
 
 # %% notebooks/12_kernel.ipynb cell c045-3
 @cuda.jit(device=True)
-def phase_b(data, base, w, acts, losses, step, sP, T, i):
-    """Backward: one batch row per block at a time (data: a Batch, w: Weights, acts: Acts; T, i: the clocks and the
-    step, for stamp). Every thread must call it."""
+def phase_b(data, w, acts, steps, sP, i):
+    """Backward, the launch's step i: one batch row per block at a time (data: a Batch, w: Weights, acts: Acts,
+    steps: Steps). Every thread must call it."""
     y, perm = data.y, data.perm
     B = acts.H.shape[0]
+    step = steps.step0 + i
     r = cuda.blockIdx.x
     while r < B:
-        row_backward(r, y[perm[base + r]], w, acts, losses, step, sP, T, i)
+        row_backward(r, y[perm[step * B + r]], w, acts, steps.losses, step, sP, steps.T, i)
         r += cuda.gridDim.x
 
 
@@ -830,15 +819,17 @@ def load_dh(dH, j0, d):
 
 # %% notebooks/12_kernel.ipynb cell cf2-5
 @cuda.jit(device=True)
-def phase_c(data, base, lr, w, acts, sX, sW, sdH, sP, origin, kept, Xt, mbar, copies, T, i):
-    """Update W1, every tile of this block: dW1[tile] = X[batch, tile]^T dH[:, tile], W1[tile] -= lr dW1[tile].
-    X[batch, tile] and the tile of W1 are staged again unless `kept` (a block that owns one tile still holds both
-    from phase A). `copies`: once the sums have read sX, the TMA brings the next batch's tile from Xt into
-    it, for the next phase A. Every thread of the block must call it. data: a Batch, w: Weights (W1 updated), acts:
-    Acts (dH read)."""
+def phase_c(data, w, acts, steps, sh, origin, kept, Xt, copies, i):
+    """Update W1 after the launch's step i, every tile of this block: dW1[tile] = X[batch, tile]^T dH[:, tile],
+    W1[tile] -= lr dW1[tile]. X[batch, tile] and the tile of W1 are staged again unless `kept` (a block that owns
+    one tile still holds both from phase A). `copies`: once the sums have read sX, the TMA brings the next batch's
+    tile from Xt into it, for the next phase A. Every thread of the block must call it. data: a Batch, w: Weights
+    (W1 updated), acts: Acts (dH read), steps: Steps, sh: Shared."""
     X, perm, W1, dH = data.X, data.perm, w.W1, acts.dH
+    sX, sW, sdH, lr, T = sh.sX, sh.sW, sh.sdH, steps.lr, steps.T
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     B, hidden = dH.shape
+    base = (steps.step0 + i) * B
     K = W1.shape[0]
     ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
     d = cuda.local.array(DH_PER, float32)
@@ -865,15 +856,15 @@ def phase_c(data, base, lr, w, acts, sX, sW, sdH, sP, origin, kept, Xt, mbar, co
         u0 = 0
         while u0 < C_WORK:                       # a pass for every thread (the simulator's shuffles need them all)
             u = uint64(u0 + t)
-            if u < C_WORK or _SIM:
+            if u < C_WORK or EVERY_THREAD_SHUFFLES:
                 block_grads(sX, sdH, u, acc)
             if u0 + nt >= C_WORK:                # the last pass: every thread has read sX
                 cuda.syncthreads()
                 stamp(T, i, AT_DW1_SUMS)
                 if copies:                       # the last thread: in a warp without a block when nt > C_WORK
-                    copy_x(Xt, tile_rows(i + 1, k0, B, K), B, sX, mbar)
-            if u < C_WORK or _SIM:
-                update_cells(lr, W1, k0, j0, sW, u, acc, sP[P_CELLS - 512:])
+                    copy_x(Xt, tile_rows(i + 1, k0, B, K), B, sX, sh.mbar)
+            if u < C_WORK or EVERY_THREAD_SHUFFLES:
+                update_cells(lr, W1, k0, j0, sW, u, acc, sh.sP[P_CELLS - 512:])
             u0 += nt
         cuda.syncthreads()                       # sW is updated
         stamp(T, i, AT_W1_UPDATED)
@@ -895,59 +886,59 @@ NOT_KEPT = False   # phase_c's kept: the tile is not kept in shared memory betwe
 NO_TMA = False     # copies: the threads stage X (no bulk copies between separate launches)
 
 
-@cuda.jit(**_JIT)
-def forward_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step, T):
-    """Phase A of step `step` as its own launch (any grid: blocks stride over the tiles)."""
-    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
+@cuda.jit(max_registers=REGS)
+def forward_kernel(data, w, acts, steps):
+    """Phase A of step steps.step0 as its own launch (any grid: blocks stride over the tiles)."""
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
-    phase_a(data, step * Z.shape[0], w, acts, sX, sW, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
-            RESTAGE_W, mbar, NO_TMA, T, 0)
+    sh = Shared(sX, sW, sP[:0], sP, mbar)        # no tile of dH: phase A reads none
+    phase_a(data, w, acts, steps, sh, tile_origin(cuda.blockIdx.x, w.W1.shape[1]), RESTAGE_W, NO_TMA, 0)
 
 
-@cuda.jit(**_JIT)
-def backward_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step, losses, T):
-    """Phase B of step `step` as its own launch (any grid: blocks stride over the batch rows); the step's mean loss
-    added to losses[step]."""
-    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
+@cuda.jit(max_registers=REGS)
+def backward_kernel(data, w, acts, steps):
+    """Phase B of step steps.step0 as its own launch (any grid: blocks stride over the batch rows); the step's mean
+    loss added to steps.losses[step0]."""
     sP = cuda.shared.array(P_CELLS, float32)
-    B = H.shape[0]
-    phase_b(data, step * B, w, acts, losses, step, sP, T, 0)
-    prefetch_next(data, step * B, B, X[:0], 0)
+    B = acts.H.shape[0]
+    phase_b(data, w, acts, steps, sP, 0)
+    prefetch_next(data, steps.step0 * B, B, data.X[:0], 0)
 
 
-@cuda.jit(**_JIT)
-def update_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step, lr, T):
-    """Phase C of step `step` as its own launch, the hidden units first (any grid: blocks stride over the hidden
-    units and the tiles)."""
-    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
+@cuda.jit(max_registers=REGS)
+def update_kernel(data, w, acts, steps):
+    """Phase C of step steps.step0 as its own launch, the hidden units first (any grid: blocks stride over the
+    hidden units and the tiles)."""
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)
     sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
-    update_units(lr, w, acts, sP)
-    phase_c(data, step * H.shape[0], lr, w, acts, sX, sW, sdH, sP, tile_origin(cuda.blockIdx.x, W1.shape[1]),
-            NOT_KEPT, X, mbar, NO_TMA, T, 0)
+    update_units(steps.lr, w, acts, sP)
+    phase_c(data, w, acts, steps, Shared(sX, sW, sdH, sP, mbar), tile_origin(cuda.blockIdx.x, w.W1.shape[1]),
+            NOT_KEPT, data.X, NO_TMA, 0)
 
 
 # %% notebooks/12_kernel.ipynb cell c047-2
-@cuda.jit(**_JIT)
-def fused_steps_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step0, nsteps, lr, losses, T, bar, Xt):
+@cuda.jit(max_registers=REGS)
+def fused_steps_kernel(data, w, acts, steps, bar, Xt):
     """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, a grid barrier
-    after A and after B (notebook 11's plan). T: the clocks, (steps, blocks, NPOINTS), or (0, 1, NPOINTS) for none.
-    bar: grid_barrier's count, a multiple of gridDim before the launch (each launch adds 2 nsteps gridDim, and
-    gridDim more when it gathers into Xt). Xt: room for two batches' tiles of X for the TMA, or no rows."""
-    data, w, acts = Batch(X, y, perm), Weights(W1, b1, W2, b2), Acts(Z, H, dZ2, dH)   # the state, as namedtuples
+    after A and after B (notebook 11's plan). data: a Batch, w: Weights, acts: Acts, steps: Steps (T: the clocks,
+    (steps, blocks, NPOINTS), or (0, 1, NPOINTS) for none). bar: grid_barrier's count, a multiple of gridDim
+    before the launch (each launch adds 2 nsteps gridDim, and gridDim more when it gathers into Xt). Xt: room for
+    two batches' tiles of X for the TMA, or no rows."""
+    X, perm, W1, W2 = data.X, data.perm, w.W1, w.W2
+    step0, nsteps, lr, T = steps.step0, steps.nsteps, steps.lr, steps.T
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # the TMA's count of the bytes landed
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
     sP = cuda.shared.array(P_CELLS, float32)     # partial sums; a row's logits in phase B
     sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
+    sh = Shared(sX, sW, sdH, sP, mbar)
     grid = cuda.cg.this_grid()
-    B = H.shape[0]
+    B = acts.H.shape[0]
     ntiles = ((W1.shape[0] + TK - 1) // TK) * ((W1.shape[1] + TJ - 1) // TJ)
     kept = ntiles <= cuda.gridDim.x              # a tile per block: it stays in shared memory
     origin = tile_origin(cuda.blockIdx.x, W1.shape[1])   # (k0, j0) of the block's first tile, computed once
@@ -965,7 +956,7 @@ def fused_steps_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step0, nsteps,
         step = step0 + i
         stamp(T, i, AT_STEP)
         fresh_w = not kept or i == 0             # stage the tile of W1: every step, or once when it is kept
-        phase_a(data, step * B, w, acts, sX, sW, sP, origin, fresh_w, mbar, copies, T, i)
+        phase_a(data, w, acts, steps, sh, origin, fresh_w, copies, i)
         if i > 0 and spare:
             update_small(lr, w, acts, ntiles, sX, T, i)   # the step before's, staged in sX (tile blocks: nothing)
         elif i > 0:
@@ -973,13 +964,13 @@ def fused_steps_kernel(X, y, perm, W1, b1, W2, b2, Z, H, dZ2, dH, step0, nsteps,
         stamp(T, i, AT_BARRIER_1)
         grid_barrier(grid, bar)                  # Z is complete, W2, b1 and b2 are updated
         stamp(T, i, AFTER_BARRIER_1)
-        phase_b(data, step * B, w, acts, losses, step, sP, T, i)
+        phase_b(data, w, acts, steps, sP, i)
         prefetch_next(data, step * B, B, Xt, tile_rows(i + 1, 0, B, W1.shape[0]))
         stamp(T, i, AT_BARRIER_2)
         grid_barrier(grid, bar)                  # H, dZ2 and dH are complete, Z is zero again
         stamp(T, i, AFTER_BARRIER_2)
         copy_next = copies and i + 1 < nsteps    # the last step has no next batch to copy
-        phase_c(data, step * B, lr, w, acts, sX, sW, sdH, sP, origin, kept, Xt, mbar, copy_next, T, i)
+        phase_c(data, w, acts, steps, sh, origin, kept, Xt, copy_next, i)
         stamp(T, i, AT_STEP_END)
     if spare:
         update_small(lr, w, acts, ntiles, sX, T, nsteps)
@@ -1044,6 +1035,8 @@ class FusedTrainer:
         self.ntiles = cdiv(K, TK) * cdiv(hidden, TJ)
         self._blocks = blocks
         self.batch_size = batch_size
+        self.typed = {k: Specialized(with_yours(k))   # yours where registered (use_mine), typed once
+                      for k in (forward_kernel, backward_kernel, update_kernel, fused_steps_kernel)}
 
     def phase_grids(self):
         """Blocks of the three launches of mode "phases": a block per tile, per batch row, per hidden unit."""
@@ -1059,31 +1052,25 @@ class FusedTrainer:
             return self._blocks
         if course.SIMULATOR:
             return 1
-        steps_kernel = with_yours(fused_steps_kernel)
-        argtypes = tuple(steps_kernel.typeof_pyval(a) for a in args)
-        kernel = steps_kernel.compile(argtypes)           # compiled once per signature, then looked up
+        kernel = self.typed[fused_steps_kernel].compiled(args)   # compiled once per signature, then looked up
         want = max(self.ntiles + cdiv(self.W[0].shape[1], UJ), self.batch_size, self.W[0].shape[1] + 1)
         self._blocks = min(want, kernel.max_cooperative_grid_blocks(self.threads))
         return self._blocks
 
     def launch_phases(self, X_d, y_d, perm_d, step, losses, stream=0, phases=(1, 2, 3)):
         """The plain launches of step `step` (mode "phases"): phase A, B and C (1, 2, 3), or those in `phases`."""
-        state, grids, nt, T = self.state(X_d, y_d, perm_d), self.phase_grids(), self.threads, self.no_clocks
-        if 1 in phases:
-            with_yours(forward_kernel)[grids[0], nt, stream](*state, step, T)
-        if 2 in phases:
-            with_yours(backward_kernel)[grids[1], nt, stream](*state, step, losses, T)
-        if 3 in phases:
-            with_yours(update_kernel)[grids[2], nt, stream](*state, step, self.lr, T)
+        args = (*self.state(X_d, y_d, perm_d), Steps(step, 1, self.lr, losses, self.no_clocks))
+        for phase, kernel, grid in zip((1, 2, 3), (forward_kernel, backward_kernel, update_kernel), self.phase_grids()):
+            if phase in phases:
+                self.typed[kernel][grid, self.threads, stream](*args)
 
     def state(self, X_d, y_d, perm_d):
-        """The arrays every kernel takes first, flat: a Batch, the Weights, the Acts. Each kernel builds the
-        namedtuples itself: numba-cuda would type a namedtuple argument in Python at every launch."""
-        return (*Batch(X_d, y_d, perm_d), *self.W, *self.acts)
+        """The namedtuples every kernel takes first: a Batch, the Weights, the Acts."""
+        return Batch(X_d, y_d, perm_d), self.W, self.acts
 
     def _args(self, X_d, y_d, perm_d, step0, nsteps, losses, T, Xt=None):
         """fused_steps_kernel's arguments for steps step0 .. step0 + nsteps - 1 of the epoch's order perm_d."""
-        return (*self.state(X_d, y_d, perm_d), step0, nsteps, self.lr, losses, T, self.bar,
+        return (*self.state(X_d, y_d, perm_d), Steps(step0, nsteps, self.lr, losses, T), self.bar,
                 self.no_tiles if Xt is None else Xt)
 
     def x_tiles(self, X_d, perm_d, grid, nsteps):
@@ -1106,7 +1093,7 @@ class FusedTrainer:
             self.launch_phases(X_d, y_d, idx, 0, loss, stream)
         else:
             args = self._args(X_d, y_d, idx, 0, 1, loss, self.no_clocks)
-            with_yours(fused_steps_kernel)[self.grid(args), self.threads, stream](*args)
+            self.typed[fused_steps_kernel][self.grid(args), self.threads, stream](*args)
 
     def epoch(self, X_d, y_d, perm_d, losses, clocks=None):
         """Train one epoch over the batches perm_d[k*B:(k+1)*B]; losses[k] (a zeroed-here float32 device array of
@@ -1135,7 +1122,7 @@ class FusedTrainer:
             if clocks is not None:
                 require("clocks", clocks, np.uint64, shape=(nsteps, grid, NPOINTS))
             args = self._args(X_d, y_d, perm_d, step0, n, losses, T, self.x_tiles(X_d, perm_d, grid, n))
-            with_yours(fused_steps_kernel)[grid, self.threads](*args)
+            self.typed[fused_steps_kernel][grid, self.threads](*args)
         return losses
 
     def timed_epoch(self, X_d, y_d, perm_d, losses):

@@ -39,7 +39,7 @@ def events(i):
     grid = tr.grid(args)
     args = tr._args(X_d, y_d, perm_d, 0, nsteps, losses, tr.no_clocks, tr.x_tiles(X_d, perm_d, grid, nsteps))
     ev[1].record()
-    fused.fused_steps_kernel[grid, tr.threads](*args)
+    tr.typed[fused.fused_steps_kernel][grid, tr.threads](*args)   # typed at the warm-up only, as in epoch()
     ev[2].record()
     ev[2].synchronize()
     return [cuda.event_elapsed_time(ev[0], ev[1]), cuda.event_elapsed_time(ev[1], ev[2])]

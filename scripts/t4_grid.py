@@ -58,8 +58,7 @@ def sm75_resources():
 
 def own_resources(trainer, args):
     """The fallback: registers and shared memory of the kernel compiled for this GPU."""
-    kernel = fused.fused_steps_kernel
-    k = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    k = trainer.typed[fused.fused_steps_kernel].compiled(args)
     return dict(registers=k.get_regs_per_thread(), shared=k.get_shared_mem_per_block(), spills=None,
                 source="the kernel compiled for this GPU (no ptxas found)")
 

@@ -189,12 +189,12 @@ dispatcher.get_current_device = _NoDevice
 import numba.cuda
 numba.cuda.get_current_device = _NoDevice    # the TMA's PTX too (course.fused.has_tma)
 import importlib, course
-from numba import cuda, types
-from course.tools.signatures import all_signatures
+from numba import cuda
+from course.tools.signatures import all_signatures, namespace
 key = sys.argv[1]
 mod, name = key.split(":")
 sig = all_signatures()[key][0]
-names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
+names = namespace()
 ptx, _ = cuda.compile_ptx(getattr(importlib.import_module(mod), name).py_func, eval(f"({sig},)", {}, names), cc=(9, 0))
 sys.stdout.write(ptx)
 """

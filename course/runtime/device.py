@@ -254,24 +254,26 @@ def patch_simulator():
     4. Blocks run on reused threads that wait on one condition (`_install_block_pool`): the same semantics,
        2-3x faster (see its docstring).
     5. A negative index into a kernel's array argument is refused (`_refuse_negative_indices`), as on the
-       executor, instead of wrapping to the array's end."""
+       executor, instead of wrapping to the array's end.
+    6. What only a GPU's compiler uses is accepted, so that a kernel is written once for every device:
+       `cuda.jit(max_registers=...)` (ignored: no registers here) and `cuda.shared.array(..., alignment=...)`
+       (honoured: the array starts at a multiple of it; upstream raises "Array alignment is not supported")."""
     K, kernel = internals()
     if getattr(K.FakeCUDAShared.array, "_course", False):
         return
-    import numpy as np
     upstream = (K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add, K.FakeCUDAModule.syncthreads)
     lock = threading.Lock()
 
     def shared_array(self, shape, dtype, alignment=None):
-        if shape == 0 or alignment is not None:  # dynamic shared memory, alignment: the simulator's own path
-            return upstream[0](self, shape, dtype, *(() if alignment is None else (alignment,)))
+        if shape == 0:  # dynamic shared memory: the simulator's own path
+            return upstream[0](self, shape, dtype)
         caller = sys._getframe(1)
         key = (caller.f_code.co_filename, caller.f_lineno)  # the simulator's own key: the line that asks
         with lock:
             a = self._allocations.get(key)
             if a is None:
                 dt = K.numpy_support.as_dtype(dtype) if isinstance(dtype, K.types.Type) else dtype
-                a = self._allocations[key] = np.empty(shape, dt)
+                a = self._allocations[key] = aligned_empty(shape, dt, alignment or 1)
                 if _instrument is not None:
                     _instrument.fill(a)
                     _instrument.shared(a, caller.f_lineno)
@@ -299,8 +301,32 @@ def patch_simulator():
     K.FakeCUDAShared.array, K.FakeCUDALocal.array, K.FakeCUDAAtomic.add = shared_array, local_array, atomic_add
     _refuse_negative_indices()
     K.FakeCUDAModule.syncthreads = syncthreads
+    _accept_max_registers()
     kernel.swapped_cuda_module = K.swapped_cuda_module = _counted_swap   # item 2, on every numba-cuda
     _install_block_pool(kernel)
+
+
+def aligned_empty(shape, dtype, alignment):
+    """np.empty(shape, dtype) whose first element's address is a multiple of `alignment` bytes."""
+    import numpy as np
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(n + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + n].view(dtype).reshape(shape)
+
+
+def _accept_max_registers():
+    """Item 6 of patch_simulator: the simulator's `cuda.jit` (numba_cuda/numba/cuda/simulator/api.py) takes
+    `max_registers` and drops it, as `numba.cuda.jit`: kernels capped on a GPU are written once."""
+    import numba.cuda
+    upstream = numba.cuda.jit
+
+    def jit(*args, max_registers=None, **kwargs):
+        return upstream(*args, **kwargs)
+
+    jit._course = True
+    numba.cuda.jit = jit
 
 
 def negative_index(i):

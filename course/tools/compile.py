@@ -22,7 +22,7 @@ from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from course.tools.signatures import all_signatures
+from course.tools.signatures import all_signatures, namespace
 
 Limits = namedtuple("Limits", "gpus shared_per_sm")
 STATIC_SHARED = 48 * 1024     # bytes of static shared memory a kernel may declare, on every target
@@ -151,10 +151,9 @@ def main(argv=None):
         return 2
     child = None if copies else subprocess.Popen([sys.executable, "-m", "course.tools.compile", COPIES_FLAG, *only],
                                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    from numba import types  # noqa: F401 (types gives eval its names)
     from course.runtime.device import pretend_device
     with pretend_device(CC):  # device functions ask the current device for its compute capability
-        failed = compile_all(types, find_ptxas(), only=only, copies=copies)
+        failed = compile_all(find_ptxas(), only=only, copies=copies)
     if child is not None:
         out, _ = child.communicate(timeout=900)
         print(out, end="")
@@ -213,10 +212,10 @@ def resources_line(kernel, ptx, ptxas):
     return "; ".join(parts), problems
 
 
-def compile_all(types, ptxas, only=(), copies=False):
+def compile_all(ptxas, only=(), copies=False):
     """Every kernel (or those whose "module:kernel" contains one of `only`) for each signature, PTX for each of
     its targets (targets_for); ptxas on each kernel's first signature. A line each; return 1 if any failed."""
-    names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
+    names = namespace()
     failed, hopper_seen = 0, {}
     if ptxas is None and not copies:
         print("note: no ptxas (the numba-cuda[cu12] wheels bring one): registers and shared memory not checked")

@@ -68,11 +68,10 @@ LANDSCAPE = {  # the kernel of notebook 07, as the launcher and the check call i
 }
 
 _T = "uint64[:, :, ::1]"   # course.fused's clocks (steps, blocks, NPOINTS)
-_STATE = f"{_M2}, {{y}}, {_I}, {_M2}, {_V}, {_M2}, {_V}, {_M2}, {_M2}, {_M2}, {_M2}"  # X, y, perm, W1 .. b2, Z .. dH
-_FWD = f"{_STATE}, int64, {_T}"
-_BWD = f"{_STATE}, int64, {_V}, {_T}"
-_UPD = f"{_STATE}, int64, float32, {_T}"
-_STEPS = f"{_STATE}, int64, int64, float32, {_V}, {_T}, uint64[::1], float32[:, ::1]"
+_STATE = (f"Batch({_M2}, {{y}}, {_I}), Weights({_M2}, {_V}, {_M2}, {_V}), Acts({_M2}, {_M2}, {_M2}, {_M2}), "
+          f"Steps(int64, int64, float32, {_V}, {_T})")  # course.fused's namedtuples: X y perm, W1 .. b2, Z .. dH, steps
+_PHASE = _STATE
+_STEPS = f"{_STATE}, uint64[::1], float32[:, ::1]"
 PERF = {  # every kernel of notebooks 08-12 (course.perf, course.graphs, course.matmul, course.merged, course.fused), as launchers and checks call it
     "course.perf:empty1_kernel": [_V],
     "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
@@ -84,14 +83,30 @@ PERF = {  # every kernel of notebooks 08-12 (course.perf, course.graphs, course.
     "course.merged:softmax_xent_grad_kernel": [f"{_M2}, {_I}, {_M2}, {_V}", f"{_M2}, int32[::1], {_M2}, {_V}"],
     "course.merged:grad_wb_kernel": [f"{_M2}, {_M2}, {_M2}, {_V}"],
     "course.merged:sgd_gridstride_kernel": ["float32[::1], float32[::1], float32", "float32[:], float32[:], float32"],
-    "course.fused:forward_kernel": [_FWD.format(y=_I), _FWD.format(y="int32[::1]")],
-    "course.fused:backward_kernel": [_BWD.format(y=_I), _BWD.format(y="int32[::1]")],
-    "course.fused:update_kernel": [_UPD.format(y=_I), _UPD.format(y="int32[::1]")],
+    "course.fused:forward_kernel": [_PHASE.format(y=_I), _PHASE.format(y="int32[::1]")],
+    "course.fused:backward_kernel": [_PHASE.format(y=_I), _PHASE.format(y="int32[::1]")],
+    "course.fused:update_kernel": [_PHASE.format(y=_I), _PHASE.format(y="int32[::1]")],
     "course.fused:fused_steps_kernel": [_STEPS.format(y=_I), _STEPS.format(y="int32[::1]")],
 }
 
 TABLES = {"support": SUPPORT, "data": DATA, "forward": FORWARD, "loss": LOSS, "grad": GRAD, "update": UPDATE,
           "train": TRAIN, "landscape": LANDSCAPE, "perf": PERF}  # topic (course/checks/<topic>.py) -> its table
+
+
+TUPLES = {"course.fused": ("Batch", "Weights", "Acts", "Steps")}  # namedtuple arguments, by module
+
+
+def namespace():
+    """The names a signature may use: numba's types, and each namedtuple of TUPLES as a function from its fields'
+    types to the tuple's type (as numba.typeof gives it for a launch's argument)."""
+    import importlib
+    from numba import types
+    names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
+    for module, classes in TUPLES.items():
+        for name in classes:
+            cls = getattr(importlib.import_module(module), name)
+            names[name] = lambda *fields, cls=cls: types.BaseTuple.from_types(fields, cls)
+    return names
 
 
 def all_signatures():
