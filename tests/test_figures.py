@@ -461,7 +461,7 @@ FIGURES = [
     Fig("08", "c000", r"rule of thumb says ([\d.]+) GFLOP", Out("08", "c019", r"6·P·N: ([\d.]+)\)")),
     Fig("08", "c008", r"about (\d+) µs with no argument", LAUNCH_0),
     Fig("08", "c008", r"and (\d+) µs with three arrays", Qty("launch with 3 arrays, µs")),
-    Fig("08", "c008", r"about ([\d.]+) ms per step just to launch",
+    Fig("08", "c008", r"cost, about ([\d.]+) ms per step",
         calc(lambda us: 15 * us / 1e3, LAUNCH_3, why="15 launches")),
     Fig("08", "c008", r"about\s+([\d.]+) s of an epoch",
         calc(lambda us: STEPS * 15 * us / 1e6, LAUNCH_3, why="937 steps")),
