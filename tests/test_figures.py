@@ -569,8 +569,6 @@ FIGURES = [
     Fig("10", "p_t2", r"benchmark, (\d+) ms an epoch", Qty("plain epoch, ms")),
     Fig("10", "p_bw2", r"takes about\s+([\d.]+) µs", Out("10", "p_bwr", r"grid_barrier .*?([\d.]+) µs a round")),
     Fig("10", "p_bw2", r"against ~(\d+) µs for a launch", Qty("launch with 3 arrays, µs")),
-    Fig("11", "c038c", r"gives `fused_steps_kernel` (\d+) registers", Ptxas("course.fused:fused_steps_kernel")),
-    Fig("11", "c038c", r"it spills (\d+) bytes", Ptxas("course.fused:fused_steps_kernel", 128, "spill")),
     Fig("11", "c038c", r"an \*\*occupancy\*\* of (\d+) %", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
     Fig("12", "c044", r"takes (16) shuffles", calc(lambda: 8 + 4 + 2 + 1 + 1, why="halvings of 8, 4, 2, 1 values, then one exchange")),
     Fig("13", "ck2b", r"advances in ticks of (32) ns", Json(FUSED, "globaltimer.tick_ns")),
