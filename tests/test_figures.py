@@ -330,7 +330,6 @@ FUSED_MS_10 = Out("13", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
 PLAIN_MS_10 = Out("13", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
 from course.epoch import CLOCK_PARTS  # noqa: E402
 CLOCK = lambda part: Out("13", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
-SPARE_US = CLOCK(r"the step before's W2, b1, b2 in the spare blocks \(off the path: from C to barrier 1\)")
 FINAL = "versions[epoch_ms=12.22]"    # course.fused after step 7 (the TMA): its row of fused-h200.json
 NOW = "versions[epoch_ms=8.56]"       # course.fused now: its row of fused-h200.json
 GRAPH_PLAIN_US_08 = Out("08", "cg9", r"plain \(15 launches/step\)\s+([\d.]+) µs per step")   # 08's own runs
@@ -510,7 +509,6 @@ FIGURES = [
     Fig("08", "cg10", r"\| 15 → 1 \| about \d+ \| \*\*about (\d+)\*\*", Qty("plain graph epoch, ms")),
     Fig("08", "cg10", r"\| not counted → 1 \| about (\d+) \(eager\)", Qty("PyTorch eager epoch, ms"), tol=0.01),
     Fig("08", "cg10", r"\(eager\) \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
-    Fig("12", "cf1", r"its ([\d.]+) µs \(measured in notebook 13\) overlap", SPARE_US),
     # --- 08 section 6: the batch-size sweep (results/scaling-h200.json) ---
     Fig("14", "sc3", r"graph takes (\d+) µs at batch 256", STEP_US("course_plain_graph", 256)),
     Fig("14", "sc3", r"about (\d+) times faster than both", calc(lambda a, b: min(a, b),
@@ -570,7 +568,6 @@ FIGURES = [
     Fig("10", "p_bw2", r"takes about\s+([\d.]+) µs", Out("10", "p_bwr", r"grid_barrier .*?([\d.]+) µs a round")),
     Fig("10", "p_bw2", r"against ~(\d+) µs for a launch", Qty("launch with 3 arrays, µs")),
     Fig("11", "c038c", r"an \*\*occupancy\*\* of (\d+) %", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
-    Fig("12", "c044", r"takes (16) shuffles", calc(lambda: 8 + 4 + 2 + 1 + 1, why="halvings of 8, 4, 2, 1 values, then one exchange")),
     Fig("13", "ck2b", r"advances in ticks of (32) ns", Json(FUSED, "globaltimer.tick_ns")),
     Fig("13", "ck2b", r"multiples of (32) ns\)", Json(FUSED, "globaltimer.tick_ns")),
     Fig("13", "f_ms", r"in every phase \(([\d.]+) ms per epoch\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
