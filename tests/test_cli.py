@@ -104,7 +104,7 @@ def test_race_and_the_scaling_sweep_without_a_gpu_refuse_in_one_line(capsys, tmp
     lines = err.splitlines()
     assert rc == 2 and len(lines) == 1 and "Traceback" not in err and out == "", err
     assert lines[0].startswith("python -m course race: error: the race times GPU kernels and needs a GPU")
-    assert "notebooks/results/race-h200.json holds an H200's race, and --quick checks the pipeline here" in lines[0]
+    assert "notebooks/results/race-h100.json holds an H100's race, and --quick checks the pipeline here" in lines[0]
     from course.tools import scaling
     for args, says in ((["--out", str(tmp_path / "no" / "s.json")], "the directory"),
                        (["--out", str(tmp_path)], "is a directory"), ([], "the sweep times GPU kernels and needs a GPU")):

@@ -1,6 +1,6 @@
-"""Budgets a reader can keep: every notebook at most ~4,000 words of markdown, no markdown cell over ~600
-words, no code cell over ~60 lines unless it holds a single function or class (one device function in its own cell,
-where it is taught). Words: whitespace-separated tokens of a markdown cell's source; lines: a code cell's source lines.
+"""Budgets a reader can keep: every notebook at most ~4,000 words of markdown (08-14 together at most 9,000), no
+markdown cell over ~600 words, no code cell over ~60 lines unless it holds a single function or class (one device
+function in its own cell, where it is taught). Words: whitespace-separated tokens of a markdown cell's source; lines: a code cell's source lines.
 What a first reading meets is bounded too: the code left visible, outside the cells tagged `reference`, whose source
 JupyterLab shows collapsed (course.tools.nbtools.collapse_reference), at most what 01-07 show.
 
@@ -37,6 +37,7 @@ FIGURE_MIN = 1           # minutes a saved plot
 EXERCISE_MIN = 7         # minutes an exercise (the trials: 2-10)
 PERF_MINUTES = 48        # ~45 minutes for 08-14 (the fresh students' trials)
 PERFORMANCE = [n for n in NOTEBOOKS if n >= "08"]
+PERFORMANCE_HALF_WORDS = 9000  # words of markdown in 08-14 together: a reader's budget (issue 51, item 6)
 
 
 def cells(name):
@@ -63,6 +64,19 @@ def test_markdown_fits_the_budget(name):
     assert total <= NOTEBOOK_WORDS, f"{name}: {total} words of markdown (budget {NOTEBOOK_WORDS})"
     for c in md:
         assert words(c) <= CELL_WORDS, f"{name} cell {c['id']}: {words(c)} words (budget {CELL_WORDS}): split it"
+
+
+def markdown_words(name):
+    """Words of markdown in a solution notebook."""
+    return sum(words(c) for c in cells(name) if c["cell_type"] == "markdown")
+
+
+def test_the_performance_half_fits_a_readers_budget():
+    total = {name: markdown_words(name) for name in PERFORMANCE}
+    assert [n[:2] for n in total] == ["08", "09", "10", "11", "12", "13", "14"], list(total)
+    assert sum(total.values()) <= PERFORMANCE_HALF_WORDS, (
+        f"08-14: {sum(total.values())} words of markdown (budget {PERFORMANCE_HALF_WORDS}: {total}): cut repetition, "
+        "asides and hedges, not definitions")
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

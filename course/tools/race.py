@@ -667,7 +667,7 @@ def load_data(quick):
 
 
 MAX_SEEDS = 100         # --seeds at most: each final row runs every seed to the target
-SAVED = "notebooks/results/race-h200.json"  # an H200's race, what notebook 14 reads
+SAVED = "notebooks/results/race-h100.json"  # an H100's race, what notebook 14 reads
 
 
 def needs_gpu(args):
@@ -675,7 +675,7 @@ def needs_gpu(args):
     simulator or on the CPU executor would take hours and time nothing a GPU does)."""
     import course
     if course.SIMULATOR and not args.quick:
-        return (f"the race times GPU kernels and needs a GPU (none here: {course.WHY}); {SAVED} holds an H200's "
+        return (f"the race times GPU kernels and needs a GPU (none here: {course.WHY}); {SAVED} holds an H100's "
                 "race, and --quick checks the pipeline here")
     return None
 
