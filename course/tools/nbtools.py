@@ -279,7 +279,8 @@ def saved_output_cell(cell, device):
     text, images = saved_text(cell), saved_images(cell)
     if not text and not images:
         raise ValueError(f"cell {cell.get('id')}: marked `{SHOW_SAVED}` but its saved run printed and drew nothing")
-    md = [f"**Saved on an {device}** (the run this notebook ships with; your own run's output is above):", ""]
+    md = [f"**Saved on an {device}** (the run this notebook ships with; a results file it reads names its own GPU; "
+          "your own run's output is above):", ""]
     if text:
         md += ["```text", text, "```", ""]
     names = [f"{cell.get('id', 'cell')}-{k}.png" for k in range(len(images))]
