@@ -329,6 +329,9 @@ def check_first_to_shorten(first_to_shorten, seed=0):
         if parts[answers[0]][2] == "spare":
             hint = (f"the spare blocks' {max(report[n] for n in answers):.2f} µs are longer than the tile blocks' C and A beside "
                     "them: until they are shorter, the step waits for them at barrier 1")
+        if parts[answers[0]][2] == "barrier" and parts[got][2] != "barrier":
+            hint = ("every block waits at a grid barrier: the time from the last arrival to the first release is on "
+                    "the path like any other part's")
         fail(ex, case, f"expected {' or '.join(map(repr, answers))} (the step {best:.2f} µs shorter); {got!r}: "
              f"{_why(got, saved[got], report, parts)}", hint)
     return f"{len(cases)} clock reports (notebook 13's, the kernel's history, random ones with and without spare blocks)"
