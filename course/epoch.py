@@ -72,6 +72,7 @@ CLOCK_PARTS = {    # name: (from point, to point, blocks measured); "tiles": blo
     "C: dW1 = X^T dH in registers, 4 x 4 blocks": (AT_DH_STAGED, AT_DW1_SUMS, "tiles"),
     "C: the blocks added across lanes (shuffles), W1 updated": (AT_DW1_SUMS, AT_W1_UPDATED, "tiles"),
 }
+SPARE_PART = next(name for name, (_, _, who) in CLOCK_PARTS.items() if who == "spare")  # the spare blocks' whole part
 
 
 # %% notebooks/13_epoch.ipynb cell e_e1s
@@ -109,3 +110,22 @@ def clock_report(T, ntiles, batch_size, skip=10, parts=CLOCK_PARTS):
     if len(T) > 1:                                       # one step (the simulator's): no step after it
         out["step"] = float(np.median(np.diff(T[:, 0, 0]))) / 1e3
     return out
+
+
+# %% notebooks/13_epoch.ipynb cell e_e3s
+# Exercise 13.3: what to shorten first
+def first_to_shorten(report):
+    """The name of the part of a clock report (part name -> µs, as clock_report returns it) that, if it took no
+    time, would shorten the step the most."""
+    who = {name: CLOCK_PARTS[name][2] for name in report if name in CLOCK_PARTS}    # "step" is not a part
+    tiles = sum(us for name, us in report.items() if who.get(name) == "tiles")     # phase C, then the next A
+    spare = report.get(SPARE_PART, 0.0)                                             # beside them, or none
+
+    def saved(name):                                                                # µs the step would lose
+        us = report[name]
+        if who[name] == "tiles":
+            return max(tiles, spare) - max(tiles - us, spare)
+        if who[name] == "spare":                                                    # its part, or a piece of it
+            return max(tiles, spare) - max(tiles, spare - us)
+        return us                                                                   # a row's part, a barrier
+    return max(who, key=saved)

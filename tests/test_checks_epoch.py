@@ -1,4 +1,5 @@
-"""Notebook 13's checks (exercise 13.1, a part's time; 13.2, a grid barrier's time) pass the solutions and other
+"""Notebook 13's checks (exercise 13.1, a part's time; 13.2, a grid barrier's time; 13.3, the part to shorten first)
+pass the solutions and other
 correct answers, reject planted one-line bugs, and say what a wrong answer did."""
 import numpy as np
 import pytest
@@ -7,12 +8,13 @@ from conftest import mutant
 import course  # noqa: F401
 from course.checks import CheckFailure
 from course.checks import epoch as checks
-from course.epoch import barrier_us, clock_report, part_us
+from course.epoch import barrier_us, clock_report, first_to_shorten, part_us
 
 
 def test_solutions_pass():
     checks.check_part_us(part_us)
     checks.check_barrier_us(barrier_us)
+    checks.check_first_to_shorten(first_to_shorten)
 
 
 def test_different_correct_answers_pass():
@@ -122,3 +124,76 @@ def test_clock_checks_want_the_float_the_spec_names():
         checks.check_part_us(mutant(part_us, "float(np.median(slowest)) / 1e3", "np.float32(np.median(slowest) / 1e3)"))
     with pytest.raises(CheckFailure, match="expected a float"):
         checks.check_barrier_us(mutant(barrier_us, "float(np.median(crossing)) / 1e3", "int(np.median(crossing)) // 1000"))
+
+
+# --- 13.3: the part to shorten first ----------------------------------------------------------------------------
+
+def test_first_to_shorten_written_another_way_passes():
+    """Another correct answer: the chain's length with each part taken to zero, worked out in full."""
+    from course.epoch import CLOCK_PARTS
+
+    def first_to_shorten_by_chain(report):
+        """The step's chain: the longer of the tile blocks' C and A and the spare blocks' part, then rows, barriers."""
+        def chain(r):
+            side = {"tiles": 0.0, "spare": r.get(next(n for n in CLOCK_PARTS if CLOCK_PARTS[n][2] == "spare"), 0.0)}
+            rest = 0.0
+            for name, us in r.items():
+                who = CLOCK_PARTS[name][2] if name in CLOCK_PARTS else None
+                if who == "tiles":
+                    side["tiles"] += us
+                elif who in ("rows", "barrier"):
+                    rest += us
+            return max(side.values()) + rest
+        whole, best, pick = chain(report), -1.0, None
+        spare_name = next(n for n in CLOCK_PARTS if CLOCK_PARTS[n][2] == "spare")
+        for name in sorted(n for n in report if n in CLOCK_PARTS):
+            shorter = dict(report, **{name: 0.0})
+            if CLOCK_PARTS[name][2] == "spare" and name != spare_name:   # a piece of the spare blocks' part
+                shorter[spare_name] = report[spare_name] - report[name]
+            if whole - chain(shorter) > best + 1e-12:
+                best, pick = whole - chain(shorter), name
+        return pick
+    checks.check_first_to_shorten(first_to_shorten_by_chain)
+
+
+@pytest.mark.parametrize("old,new,said", [
+    ("max(who, key=saved)", "max(who, key=report.get)", "run beside the tile blocks"),        # the largest part
+    ("report.get(SPARE_PART, 0.0)", "0.0", "waits for the spare blocks"),                      # spare blocks ignored
+    ("max(tiles - us, spare)", "(tiles - us)", "saves only"),                                  # no slack
+    ('if who[name] == "spare":', "if name == SPARE_PART:", "run beside the tile blocks"),      # pieces on the path
+    ("who = {name: CLOCK_PARTS[name][2] for name in report if name in CLOCK_PARTS}",
+     'who = {name: CLOCK_PARTS.get(name, (0, 0, "rows"))[2] for name in report}', "'step' is the whole step"),
+    ("return us", 'return us if who[name] == "rows" else 0.0', "every block waits at a grid barrier"),                    # barriers left out
+    ("max(who, key=saved)", "min(who, key=saved)", "expected"),
+    ("return max(who, key=saved)", "return saved(max(who, key=saved))", "expected a part's name"),
+    ("who = {", 'report.pop("step", None); who = {', "changed the report"),
+])
+def test_first_to_shorten_check_rejects(old, new, said):
+    with pytest.raises(CheckFailure, match="Exercise 13.3") as e:
+        checks.check_first_to_shorten(mutant(first_to_shorten, old, new))
+    assert said in str(e.value), str(e.value)
+
+
+def test_first_to_shorten_cases_are_the_saved_runs():
+    """The check's real reports are fused-h200.json's rows and notebook 13's saved clock report, as they stand."""
+    import json
+    import re
+    from pathlib import Path
+    from course.epoch import CLOCK_PARTS
+    from course.tools import nbtools
+    root = Path(__file__).resolve().parent.parent
+    rows = json.loads((root / "notebooks/results/fused-h200.json").read_text(encoding="utf-8"))["versions"]
+    for ms, raw in checks.HISTORY_CLOCKS.items():
+        row, = [r for r in rows if r["epoch_ms"] == ms and "clocks_us" in r]
+        want = dict(row["clocks_us"], **{k: v for k, v in row.get("clocks_us_2", {}).items() if k.startswith("spare_")})
+        assert raw == want, ms
+        assert set(checks.history_report(raw, list(CLOCK_PARTS))) >= {n for n, p in CLOCK_PARTS.items() if p[2] != "spare"}
+    first, = [r for r in rows if "small layer in the 4 blocks without a tile" in r["version"] and "not adopted" in r["version"]]
+    assert first["clocks_us"]["spare_small_layer"] == checks.FIRST_SPARE_US
+    cell, = [c for c in nbtools.read(root / "notebooks/13_epoch.ipynb")["cells"] if c.get("id") == "ck3"]
+    text = "".join("".join(o.get("text", "")) for o in cell["outputs"])
+    saved = [float(re.search(re.escape(name) + r"\s+([\d.]+) µs", text).group(1)) for name in list(CLOCK_PARTS) + ["step"]]
+    assert saved == checks.NOTEBOOK_CLOCKS
+    spare_bound = [ms for ms, raw in checks.HISTORY_CLOCKS.items() if raw.get("spare_small_layer", 0) >
+                   sum(v for k, v in raw.items() if k.startswith(("a_", "c_")))]
+    assert spare_bound == [12.39]   # the row where the small layer became the path (fused-history.md)

@@ -157,3 +157,181 @@ def check_barrier_us(barrier_us, seed=0):
                     "blocks; then the median over the steps, in µs")
             n += 1
     return f"{n} barriers of 6 random clock tables (1 to 61 steps, 1 to 132 blocks, late blocks)"
+
+
+HISTORY_CLOCKS = {  # notebooks/results/fused-h200.json: each version's clocks_us (the spare blocks' two parts from
+    # clocks_us_2 where the row has them), keyed by its epoch_ms; tests/test_checks_epoch.py ties the two
+    15.4: {'a_x': 2.75, 'a_sums': 1.34, 'a_atomics': 1.02, 'a_units': 1.63, 'barrier1': 1.5, 'b_h_logits': 1.79, 'b_softmax': 1.41, 'b_dh': 0.29, 'barrier2': 1.25, 'c_dh': 0.77, 'c_sums': 1.7, 'c_w1': 0.93},
+    16.17: {'a_x': 0.51, 'a_sums': 1.6, 'a_atomics_and_copies': 3.39, 'a_units': 1.57, 'barrier1': 1.38, 'b_h_logits': 1.82, 'b_softmax': 1.38, 'b_dh': 0.26, 'barrier2': 1.25, 'c_dh': 0.77, 'c_sums': 2.18, 'c_w1': 0.86},
+    16.05: {'a_x': 0.48, 'a_sums': 1.73, 'a_atomics': 1.09, 'a_units': 1.7, 'barrier1': 1.31, 'b_h_logits': 2.75, 'b_softmax': 1.76, 'b_dh': 1.18, 'barrier2': 1.38, 'c_dh': 0.83, 'c_sums': 2.14, 'c_w1': 0.86},
+    14.38: {'a_x': 2.85, 'a_sums': 1.34, 'a_atomics': 1.12, 'a_units': 1.6, 'barrier1': 0.77, 'b_h_logits': 1.73, 'b_softmax': 1.25, 'b_dh': 0.26, 'barrier2': 0.74, 'c_dh': 0.74, 'c_sums': 2.02, 'c_w1': 0.9},
+    13.64: {'a_x': 2.78, 'a_sums': 1.54, 'a_atomics': 1.12, 'a_units': 0.26, 'spare_small_layer': 6.59, 'barrier1': 0.77, 'b_h_logits': 1.89, 'b_softmax': 1.44, 'b_dh': 0.32, 'barrier2': 0.74, 'c_dh': 0.77, 'c_sums': 2.18, 'c_w1': 0.86},
+    12.06: {'a_x': 0.32, 'a_sums': 1.47, 'a_atomics': 1.12, 'a_units': 0.16, 'barrier1': 0.74, 'b_h_logits': 1.89, 'b_softmax': 1.44, 'b_dh': 0.32, 'barrier2': 0.74, 'c_dh': 1.09, 'c_sums': 1.89, 'c_copies_issued': 0.96, 'c_w1': 0.51},
+    12.22: {'a_x': 0.32, 'a_sums': 1.47, 'a_atomics': 1.38, 'a_units': 0.26, 'spare_small_layer': 6.88, 'barrier1': 0.74, 'b_h_logits': 2.14, 'b_softmax': 1.6, 'b_dh': 0.35, 'barrier2': 0.7, 'c_dh': 0.67, 'c_sums': 2.08, 'c_copies_issued': 0.67, 'c_w1': 0.48},
+    12.39: {'a_x': 0.38, 'a_fwd': 2.02, 'a_units': 0.26, 'spare_small_layer': 7.01, 'barrier1': 0.7, 'b_h_logits': 2.18, 'b_softmax': 1.57, 'b_dh': 0.35, 'barrier2': 0.7, 'c_dh': 0.86, 'c_sums': 1.54, 'c_w1': 0.64, 'spare_staged': 3.84, 'spare_sums': 3.14},
+    10.89: {'a_x': 0.35, 'a_fwd': 1.98, 'a_units': 0.16, 'spare_small_layer': 2.78, 'spare_staged': 1.38, 'spare_sums': 1.41, 'barrier1': 0.74, 'b_h_logits': 2.21, 'b_softmax': 1.47, 'b_dh': 0.35, 'barrier2': 0.7, 'c_dh': 0.9, 'c_sums': 1.5, 'c_w1': 0.64},
+    10.23: {'a_x': 0.32, 'a_fwd': 1.95, 'a_units': 0.13, 'spare_small_layer': 2.56, 'barrier1': 0.77, 'b_h_logits': 1.73, 'b_softmax': 1.44, 'b_dh': 0.26, 'barrier2': 0.74, 'c_dh': 0.7, 'c_sums': 1.25, 'c_w1': 0.61},
+    9.91: {'a_x': 0.32, 'a_fwd': 1.76, 'a_units': 0.13, 'spare_small_layer': 2.4, 'barrier1': 0.74, 'b_h_logits': 1.68, 'b_softmax': 1.31, 'b_dh': 0.29, 'barrier2': 0.7, 'c_dh': 0.77, 'c_sums': 1.25, 'c_w1': 0.58},
+    9.94: {'a_x': 0.32, 'a_fwd': 1.7, 'a_units': 0.13, 'spare_small_layer': 2.5, 'barrier1': 0.74, 'b_h_logits': 1.82, 'b_softmax': 1.28, 'b_dh': 0.26, 'barrier2': 0.7, 'c_dh': 0.74, 'c_sums': 1.25, 'c_w1': 0.61},
+    9.96: {'a_x': 0.35, 'a_fwd': 1.7, 'a_units': 0.13, 'spare_small_layer': 2.3, 'spare_staged': 1.25, 'spare_sums': 1.06, 'barrier1': 0.74, 'b_h_logits': 1.86, 'b_softmax': 1.25, 'b_dh': 0.29, 'barrier2': 0.7, 'c_dh': 0.8, 'c_sums': 1.25, 'c_w1': 0.61},
+    10.85: {'a_x': 0.32, 'a_fwd': 1.73, 'a_units': 0.13, 'spare_small_layer': 2.4, 'spare_staged': 1.28, 'spare_sums': 1.12, 'barrier1': 0.74, 'b_h_logits': 1.63, 'b_softmax': 1.12, 'b_dh': 0.29, 'barrier2': 0.74, 'c_dh': 0.96, 'c_sums': 1.15, 'c_w1': 0.61},
+    9.64: {'a_x': 0.35, 'a_fwd': 1.63, 'a_units': 0.13, 'spare_small_layer': 2.34, 'spare_staged': 1.28, 'spare_sums': 1.09, 'barrier1': 0.77, 'b_h_logits': 1.7, 'b_softmax': 1.09, 'b_dh': 0.38, 'barrier2': 0.7, 'c_dh': 0.8, 'c_sums': 1.18, 'c_w1': 0.64},
+    8.56: {'a_x': 0.35, 'a_fwd': 1.25, 'a_units': 0.13, 'spare_small_layer': 2.3, 'spare_staged': 1.28, 'spare_sums': 1.06, 'barrier1': 0.74, 'b_h_logits': 1.73, 'b_softmax': 1.06, 'b_dh': 0.35, 'barrier2': 0.7, 'c_dh': 0.8, 'c_sums': 1.15, 'c_w1': 0.58},
+}
+FIRST_SPARE_US = 13.54   # fused-h200.json, "tried, not adopted: the small layer in the 4 blocks without a tile"
+NOTEBOOK_CLOCKS = [0.35, 1.25, 0.13, 2.34, 1.28, 1.06, 0.74, 1.73, 1.06, 0.35, 0.70, 0.74, 1.18, 0.58, 9.15]
+# ^ notebook 13's saved clock report (cell ck3, an H200): CLOCK_PARTS in order, then "step"
+RAW_PARTS = (  # CLOCK_PARTS in order: the keys of fused-h200.json's clocks_us that each part adds up
+    ("a_x",), ("a_fwd", "a_sums", "a_atomics", "a_atomics_and_copies"), ("a_units",), ("spare_small_layer",),
+    ("spare_staged",), ("spare_sums",), ("barrier1",), ("b_h_logits",), ("b_softmax",), ("b_dh",), ("barrier2",),
+    ("c_dh",), ("c_sums",), ("c_w1", "c_copies_issued"))
+
+
+def history_report(raw, names):
+    """A clock report in CLOCK_PARTS' names (`names`) from a fused-h200.json row's clocks_us: parts it lacks left out."""
+    report = {}
+    for name, keys in zip(names, RAW_PARTS):
+        if any(k in raw for k in keys):
+            report[name] = round(sum(raw.get(k, 0.0) for k in keys), 2)
+    return report
+
+
+def savings_ref(report, parts):
+    """{part: µs the step would lose if that part took none}: the tile blocks' parts (phase C, then the next step's
+    A) run beside the spare blocks' part (which their two other parts split), so that stretch lasts the longer of
+    the two; every other part (a batch row's, a barrier) is on the path. parts: CLOCK_PARTS."""
+    who = {name: parts[name][2] for name in report if name in parts}
+    tiles = sum(us for name, us in report.items() if who.get(name) == "tiles")
+    spare = max((us for name, us in report.items() if who.get(name) == "spare"), default=0.0)  # the whole part
+    out = {}
+    for name, kind in who.items():
+        us = report[name]
+        if kind == "tiles":
+            out[name] = max(tiles, spare) - max(tiles - us, spare)
+        elif kind == "spare":
+            out[name] = max(tiles, spare) - max(tiles, spare - us)
+        else:
+            out[name] = us
+    return out
+
+
+def _random_report(rng, names, parts, kind):
+    """A random clock report: every part 0.05 to 4 µs, then shaped by `kind` ("no spare": the spare blocks' parts
+    left out; "spare hidden", "spare bound": their part shorter or longer than the tile blocks' beside it; "slack":
+    one tile part longer than the spare blocks' slack; "barrier": a grid barrier the longest part); "step" their
+    chain, or left out (one step)."""
+    report = {name: round(float(rng.uniform(0.05, 4.0)), 2) for name in names}
+    spare = [n for n in names if parts[n][2] == "spare"]
+    total, subparts = spare[0], spare[1:]
+    tiles = sum(report[n] for n in names if parts[n][2] == "tiles")
+    if kind == "slack":   # one tile part longer than every other part, and than the spare blocks' slack
+        big = rng.choice([n for n in names if parts[n][2] == "tiles"])
+        report[big] = round(max(report.values()) + float(rng.uniform(0.5, 2.0)), 2)
+        tiles = sum(report[n] for n in names if parts[n][2] == "tiles")
+    if kind == "no spare":
+        for n in spare:
+            del report[n]
+    else:
+        share = {"spare hidden": (0.3, 0.9), "spare bound": (1.15, 2.5), "slack": (0.75, 0.95),
+                 "barrier": (0.2, 0.9)}[kind]
+        report[total] = round(float(rng.uniform(*share)) * tiles, 2)
+        report[subparts[0]] = round(report[total] * float(rng.uniform(0.2, 0.8)), 2)
+        report[subparts[1]] = round(report[total] - report[subparts[0]], 2)
+    if kind == "barrier":
+        report[rng.choice([n for n in names if parts[n][2] == "barrier"])] = round(float(rng.uniform(5, 12)), 2)
+    if rng.random() < 0.8:
+        tiles = sum(us for n, us in report.items() if parts[n][2] == "tiles")
+        chain = max(tiles, report.get(total, 0.0)) + sum(us for n, us in report.items() if parts[n][2] in
+                                                          ("rows", "barrier"))
+        report["step"] = round(chain + float(rng.uniform(0, 0.5)), 2)   # the chain, and a little between parts
+    order = list(report)
+    rng.shuffle(order)
+    return {n: report[n] for n in order}
+
+
+def _reports(rng):
+    """(what, report) cases: this notebook's saved report, the kernel's history, its first spare blocks, random."""
+    from course.epoch import CLOCK_PARTS
+    names = list(CLOCK_PARTS)
+    cases = [("notebook 13's saved report (an H200)", dict(zip(names + ["step"], NOTEBOOK_CLOCKS)))]
+    for ms, raw in HISTORY_CLOCKS.items():
+        cases.append((f"the {ms} ms kernel's report (fused-h200.json)", history_report(raw, names)))
+    first = history_report(HISTORY_CLOCKS[13.64], names)
+    first[names[3]] = FIRST_SPARE_US
+    cases.append((f"the 13.64 ms kernel with the spare blocks' first try ({FIRST_SPARE_US} µs, fused-h200.json)",
+                  first))
+    for kind in ("no spare", "spare hidden", "spare bound", "slack", "barrier"):
+        for k in range(4):
+            cases.append((f"a random report ({kind}, {k + 1})", _random_report(rng, names, CLOCK_PARTS, kind)))
+    return cases, CLOCK_PARTS
+
+
+def _why(name, saved, report, parts):
+    """Why `name` saves only `saved` µs, in the check's words."""
+    kind = parts[name][2] if name in parts else None
+    tiles = sum(us for n, us in report.items() if n in parts and parts[n][2] == "tiles")
+    spare = max((us for n, us in report.items() if n in parts and parts[n][2] == "spare"), default=0.0)
+    if kind == "spare" and saved < report[name] - 1e-9:
+        return (f"the spare blocks' {spare:.2f} µs run beside the tile blocks' phases C and A ({tiles:.2f} µs): the "
+                f"step waits for the longer, so shortening the spare blocks' part by its {report[name]:.2f} µs saves "
+                f"{saved:.2f}")
+    if kind == "tiles" and saved < report[name] - 1e-9:
+        return (f"the tile blocks' C and A ({tiles:.2f} µs) run beside the spare blocks' {spare:.2f}: taking this "
+                f"part's {report[name]:.2f} µs away saves only {saved:.2f}, then the step waits for the spare blocks")
+    return f"it saves {saved:.2f} µs"
+
+
+@exercise("13.3", nudges=(
+    "A step waits for a part only if nothing else runs beside it that takes longer. Which parts of the report run at the same time as others, in other blocks?",
+    "Between barrier 2 and the next barrier 1 the tile blocks run C then A while the spare blocks run their part: that stretch lasts the longer of the two. For each part, ask how much shorter the step would be if it took no time; the spare blocks' two smaller parts shorten their whole part.",
+), more="""\
+  who = {name: CLOCK_PARTS[name][2] for name in report if name in CLOCK_PARTS}      # "step" is not a part
+  tiles = sum(us for name, us in report.items() if who.get(name) == "tiles")       # phase C, then the next A
+  spare = report.get(SPARE_PART, 0.0)                                               # beside them, or none
+  def saved(name):                                                                  # µs the step loses
+      us = report[name]
+      if who[name] == "tiles":
+          return max(tiles, spare) - max(tiles - us, spare)
+      if who[name] == "spare":
+          return max(tiles, spare) - max(tiles, spare - us)
+      return us                                                                     # a row's part, a barrier
+  return max(who, key=saved)""")
+def check_first_to_shorten(first_to_shorten, seed=0):
+    """Exercise 13.3. Domain: notebook 13's saved clock report (an H200), the reports of the kernel's history in
+    fused-h200.json (without spare blocks, with them beside C and A, and with them the longer: the 12.39 ms row and
+    the first spare blocks' 13.54 µs), and random reports (no spare blocks; their part shorter or longer than the
+    tile blocks' beside it; a tile part longer than the spare blocks' slack; a grid barrier the longest part), with
+    and without "step", in random order; the report left unchanged; a part's name back."""
+    ex = "Exercise 13.3"
+    rng = np.random.default_rng(seed)
+    cases, parts = _reports(rng)
+    for what, report in cases:
+        case = f"with {what}"
+        given = dict(report)
+        got = call(ex, case, first_to_shorten, given)
+        if given != report or list(given) != list(report):
+            fail(ex, case, "your function changed the report", "read the report, do not write it")
+        saved = savings_ref(report, parts)
+        best = max(saved.values())
+        answers = [n for n, s in saved.items() if s >= best - 1e-9]
+        if not isinstance(got, str):
+            fail(ex, case, f"expected a part's name (a str), got {type(got).__name__} {got!r}",
+                 "return the key of the report, not its µs")
+        if got == "step":
+            fail(ex, case, "'step' is the whole step (one step's start to the next), not one of its parts",
+                 "choose among the parts that CLOCK_PARTS names")
+        if got not in saved:
+            fail(ex, case, f"{got!r} is not a part of this report", "return one of the report's keys")
+        if got in answers:
+            continue
+        hint = ("for each part, how much shorter would the step be if it took no time? The tile blocks' C and A "
+                "and the spare blocks' part run side by side")
+        if parts[answers[0]][2] == "spare":
+            hint = (f"the spare blocks' {max(report[n] for n in answers):.2f} µs are longer than the tile blocks' C and A beside "
+                    "them: until they are shorter, the step waits for them at barrier 1")
+        if parts[answers[0]][2] == "barrier" and parts[got][2] != "barrier":
+            hint = ("every block waits at a grid barrier: the time from the last arrival to the first release is on "
+                    "the path like any other part's")
+        fail(ex, case, f"expected {' or '.join(map(repr, answers))} (the step {best:.2f} µs shorter); {got!r}: "
+             f"{_why(got, saved[got], report, parts)}", hint)
+    return f"{len(cases)} clock reports (notebook 13's, the kernel's history, random ones with and without spare blocks)"
