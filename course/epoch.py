@@ -10,7 +10,7 @@ import numpy as np
 from numba import cuda
 
 import course
-from course.runtime import registry, timing  # registry: the student's solutions, where course.use_mine() found them
+from course.runtime import registry, timing  # registry: the student's passing solutions, where registered
 from course.fused import (AFTER_BARRIER_1, AFTER_BARRIER_2, AT_BARRIER_1, AT_BARRIER_2, AT_DH_STAGED, AT_DW1_SUMS,
                           AT_DZ2, AT_LOGITS, AT_SPARE_STAGED, AT_STEP, AT_W1_UPDATED, AT_X_STAGED, AT_Z_ADDED,
                           FusedTrainer, has_tma, sgd_epoch_ref)

@@ -43,7 +43,7 @@ from course.grad import mlp_grads_ref, mlp_loss_ref
 from course.loss import zero_kernel
 from course.ptx import grid_barrier, shfl_xor, stamp
 from course.train import evaluate, init_params, run_epochs
-from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
+from course.runtime import registry  # the student's solution of an exercise, where one is registered as passing
 from course.runtime.intrinsics import EVERY_THREAD_SHUFFLES, intrinsic
 from course.runtime.util import Specialized, cdiv, require
 
@@ -985,7 +985,7 @@ STUDENT_PIECES = {"tile_origin": "11.1", "halve": "12.1", "warp_class_sums": "12
 
 
 def with_yours(kernel):
-    """`kernel`, or its copy that calls your tile_origin, halve and warp_class_sums where course.use_mine() found
+    """`kernel`, or its copy that calls your tile_origin, halve and warp_class_sums where registered as passing
     them passing (course/runtime/registry.py: compiled once per choice): what each launch below runs."""
     return registry.with_pieces(kernel, STUDENT_PIECES)
 
@@ -1162,7 +1162,7 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
         cuda.synchronize()
         return step + len(losses)
 
-    test = registry.pick("6.2", evaluate)  # yours, where course.use_mine() found it passing
+    test = registry.pick("6.2", evaluate)  # yours, where registered as passing
     run_epochs(one_epoch, hist, len(X_train), n, epochs, seed, lr, test=lambda: test(Xt_d, yt_d, params),
                losses=losses, unit="ms", progress=progress)
     hist["params"] = params

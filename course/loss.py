@@ -8,7 +8,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
+from course.runtime import registry  # the student's solution of an exercise, where one is registered as passing
 from course.runtime.util import cdiv, require, require_apart
 
 
@@ -119,7 +119,7 @@ def batch_mean(x, out=None, stream=0):
     require_apart({"out": out}, x=x)
     n = x.shape[0]
     zero_kernel[1, 1, stream](out)                        # the accumulator starts at 0, on every call
-    block_sum = registry.pick("3.2", sum_kernel)      # yours, where course.use_mine() found it passing
+    block_sum = registry.pick("3.2", sum_kernel)      # yours, where registered as passing
     block_sum[cdiv(n, THREADS), THREADS, stream](x, out) # (n,) -> (1,): one partial per block, added atomically
     div_kernel[1, 1, stream](out, np.float32(n))          # the sum becomes the mean, still on the device
     return out

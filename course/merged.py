@@ -11,7 +11,7 @@ from numba import cuda, float32
 
 from course.forward import mlp_forward
 from course.grad import BLOCK as GRAD_BLOCK, _grid2, dhidden_kernel
-from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
+from course.runtime import registry  # the student's solution of an exercise, where one is registered as passing
 from course.runtime.util import cdiv, require
 
 

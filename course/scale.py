@@ -6,7 +6,7 @@
 import numpy as np
 from numba import cuda
 
-from course.runtime import registry  # the student's solution of an exercise, where course.use_mine() found one
+from course.runtime import registry  # the student's solution of an exercise, where one is registered as passing
 from course.runtime.util import cdiv, require, require_apart  # cdiv(n, b) = ceil(n / b): how many blocks of b threads cover n elements
 
 
@@ -38,6 +38,6 @@ def scale(x, out=None):
     require_apart({"out": out}, x=x)
     n = x.size
     if n:
-        kernel = registry.pick("1.2", scale_kernel)  # yours, where course.use_mine() found it passing
+        kernel = registry.pick("1.2", scale_kernel)  # yours, where registered as passing
         kernel[cdiv(n, THREADS), THREADS](x.reshape(n), out.reshape(n))  # flat views: no copy
     return out
