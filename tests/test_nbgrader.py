@@ -356,6 +356,8 @@ def test_student_build_notebooks_switch_on_use_mine(build):
     nb = {"cells": [{"cell_type": "markdown", "source": "x"}, {"cell_type": "code", "source": "import course\n"}]}
     assert teach.with_use_mine(nb)["cells"][1]["source"] == "import course\n" + teach.USE_MINE
     assert teach.with_use_mine(nb)["cells"][1]["source"].count("use_mine(") == 1
+    commented = {"cells": [{"cell_type": "code", "source": "import course\nx = 1  # where course.use_mine() found it\n"}]}
+    assert teach.with_use_mine(commented)["cells"][0]["source"].endswith(teach.USE_MINE)   # a comment is no call
 
 
 def test_student_build_refuses_a_non_empty_directory(tmp_path):

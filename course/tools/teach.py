@@ -162,11 +162,14 @@ def without_hint_answers(checks_dir):
     return removed
 
 
+CALLS_USE_MINE = re.compile(r"^[^#\n]*\buse_mine\(", re.M)   # a call, not a comment that names it
+
+
 def with_use_mine(nb):
     """The notebook with `course.use_mine()` at the end of its first code cell, unless a cell already calls it: in
     the student build every earlier piece a notebook uses (02 loads MNIST with 1.1's parser) is the student's."""
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    if code and not any("use_mine(" in nbtools.source(c) for c in code):
+    if code and not any(CALLS_USE_MINE.search(nbtools.source(c)) for c in code):
         code[0]["source"] = nbtools.source(code[0]).rstrip("\n") + "\n" + USE_MINE
     return nb
 
