@@ -177,11 +177,9 @@ def _kernel_frame(tb, filename):
 
 
 def _xyz(v):
-    """[3, 0, 0] -> '3', [3, 1, 0] -> '(3, 1)': a block's or thread's index as the launch's dimensions read."""
-    v = list(v)
-    while len(v) > 1 and v[-1] == 0:
-        v.pop()
-    return str(v[0]) if len(v) == 1 else "(" + ", ".join(map(str, v)) + ")"
+    """[3, 0, 0] -> '3', [3, 1, 0] -> '(3, 1)': a block's or thread's index, written as launches are."""
+    from course.runtime.device import dims_text   # lazily: device installs this executor
+    return dims_text(v, trailing=0)
 
 
 class _Compiled:

@@ -598,7 +598,7 @@ def check_launch(name, grid, block):
     if (all(0 < g <= m for g, m in zip(grid, MAX_GRID_DIM)) and all(0 < b <= m for b, m in zip(block, MAX_BLOCK_DIM))
             and block[0] * block[1] * block[2] <= MAX_BLOCK_THREADS):
         return                                          # the common case: a few comparisons
-    launch = f"{name}[{_dims_text(grid)}, {_dims_text(block)}]"
+    launch = f"{name}[{dims_text(grid)}, {dims_text(block)}]"
     why = None
     for what, dims, limits in (("grid", grid, MAX_GRID_DIM), ("block", block, MAX_BLOCK_DIM)):
         for axis, v, m in zip("xyz", dims, limits):
@@ -645,10 +645,11 @@ def _shuffle_in(py, seen):
     return None
 
 
-def _dims_text(d):
-    """(256, 1, 1) -> '256', (4, 2, 1) -> '(4, 2)': a launch's dimensions as a student writes them."""
+def dims_text(d, trailing=1):
+    """(256, 1, 1) -> '256', (4, 2, 1) -> '(4, 2)': a launch's dimensions as a student writes them, the trailing
+    `trailing`s dropped (0 for an index: block [3, 0, 0] -> '3')."""
     d = list(d)
-    while len(d) > 1 and d[-1] == 1:
+    while len(d) > 1 and d[-1] == trailing:
         d.pop()
     return str(d[0]) if len(d) == 1 else "(" + ", ".join(map(str, d)) + ")"
 
