@@ -234,6 +234,17 @@ def test_class_sums_mistakes_are_named():
         checks.check_warp_class_sums(class_sums_reversed)
 
 
+def test_warp_sum_failures_are_no_answer():
+    """A failing 11.2 (wrong sums, or more shuffles than the spec) says what is wrong, not the masks or what an
+    exchange adds."""
+    for old, new in (("m = 16", "m = 8"), ("while m > 0:", "while m > 1:"),
+                     ("v += shfl_xor(scr, v, m)", "v += shfl_xor(scr, v, m) + 0 * shfl_xor(scr, v, m)")):
+        with pytest.raises(CheckFailure) as e:
+            checks.check_warp_sum(mutant(warp_sum, old, new))
+        msg = str(e.value)
+        assert "16, 8" not in msg and "partner's value" not in msg and "hint('11.2')" in msg, msg
+
+
 def test_class_sums_hint_is_no_answer():
     """A failing 12.2 says what to look at, not the answer's masks (those are the ladder's last level)."""
     with pytest.raises(CheckFailure) as e:

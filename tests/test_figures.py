@@ -345,7 +345,7 @@ PARAMS = 784 * 128 + 128 + 128 * 10 + 10
 # ------------------------------------------------------------------------------------------------------------------
 # Each quantity the prose quotes comes from ONE run, its canonical source, and reads the same wherever it appears.
 # Other runs of it (a notebook cell's own timing, the batch-size sweep) appear only inside their own table: as a
-# ratio of that run's own figures, or in a cell whose prose calls them "this run's". FIGURES entries of a quantity
+# ratio of that run's own figures (the prose quotes the canonical figure only). FIGURES entries of a quantity
 # take `Qty(name)` as their source (`scale` converts to the unit written: 1e-3 for seconds of a quantity in ms).
 QUANTITIES = {  # name (unit): (canonical source, [other runs of it])
     "plain epoch, ms": (calc(lambda s: s * 1e3, PLAIN_S),
@@ -461,11 +461,10 @@ FIGURES = [
     Fig("08", "c010", r"about (\d+) ms for the tiled v2", Out("08", "c009", r"cuda.synchronize\(\):\s+([\d.]+) ms")),
     Fig("08", "c010", r"at 4096², ([\d.]+) TFLOP/s", calc(lambda ms: 2 * 4096 ** 3 / (ms * 1e-3) / 1e12,
         Out("08", "c009", r"cuda.synchronize\(\):\s+([\d.]+) ms"))),
-    Fig("08", "c018", r"the whole step took (\d+) µs for", STEP_WALL),
-    Fig("08", "c018", r"benchmark: (\d+) ms an epoch", Qty("plain epoch, ms")),
-    Fig("08", "c018", r"ms an epoch, (\d+) µs a step", Qty("plain step, µs")),
-    Fig("08", "c018", r"about (\d+) µs per launch", calc(lambda us: us / 15, STEP_WALL, why="the step / 15")),
-    Fig("08", "c018", r"against (\d+) µs of GPU work", Out("08", "c015", r"sum of kernels\s+([\d.]+) µs")),
+    Fig("08", "c018", r"busy for (\d+) µs", Out("08", "c015", r"sum of kernels\s+([\d.]+) µs")),
+    Fig("08", "c018", r"a plain step takes (\d+) µs", Qty("plain step, µs")),
+    Fig("08", "c018", r"\((\d+) ms an\s+epoch\)", Qty("plain epoch, ms")),
+    Fig("08", "c018", r"about (\d+) µs per launch", calc(lambda us: us / 15, Qty("plain step, µs"), why="the step / 15")),
     Fig("08", "c020", r"fixed cost, (937) times", calc(lambda: STEPS, why="60,000 // 64")),
     Fig("09", "c020b", r"global memory is used (16) times", calc(lambda: 16, why="16×16 tiles")),
     Fig("08", "c020", r"about ([\d.]+) ms of arithmetic", FP32_MS, tol=0.1),
@@ -515,9 +514,9 @@ FIGURES = [
     Fig("14", "rc1", r"time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
     Fig("14", "q000", r"wall time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
     Fig("14", "rc1", r"first evaluation at ([\d.]+) % or more", calc(lambda t: t * 100, Json(RACE, "target"))),
-    Fig("14", "rc1", r"over the first (\d+) % of the E epochs", calc(lambda: _race_tool().WARMUP * 100,
+    Fig("14", "rc1", r"over the first (\d+) % of them", calc(lambda: _race_tool().WARMUP * 100,
         why="course/tools/race.py WARMUP")),
-    Fig("14", "rc1", r"clock passes (\d+) times its side's best", calc(lambda: _race_tool().STOP,
+    Fig("14", "rc1", r"a run stops past (\d+) times its side's", calc(lambda: _race_tool().STOP,
         why="course/tools/race.py STOP")),
     Fig("14", "rc3", r"reaches ([\d.]+) % in a median", calc(lambda t: t * 100, Json(RACE, "target"))),
     Fig("14", "rc3", r"in a median ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("course_"))),
@@ -739,19 +738,19 @@ def disagreements(quoted):
     return out
 
 
-def other_run_problem(fig, text):
+def other_run_problem(fig):
     """Why `fig` may not quote another run of a declared quantity (None if it may): another run appears only inside
-    its own table, as a ratio of that run's figures, or in prose that calls it "this run's"."""
+    its own table, as a ratio of that run's figures; the prose quotes the canonical figure only."""
     others = {o: name for name, (_, runs) in QUANTITIES.items() for o in runs}
     hit = [others[leaf] for leaf in leaves(fig.source) if leaf in others]
     if not hit or (fig.where, fig.cell) in OTHER_RUN_CELLS_NOT_YET:
         return None
     runs = {run_of(leaf) for leaf in leaves(fig.source)}
     ratio = isinstance(fig.source, Calc) and len(fig.source.args) >= 2
-    if len(runs) == 1 and (ratio or "this run" in text):
+    if len(runs) == 1 and ratio:
         return None
     return (f"{where_name(fig.where, fig.cell)}: {fig.phrase!r} quotes another run of {hit[0]!r} ({', '.join(runs)}); "
-            f"quote Qty({hit[0]!r}), or keep that run's figures to a ratio or to prose that says 'this run'")
+            f"quote Qty({hit[0]!r}), or keep that run's figures to a ratio inside its own table")
 
 
 def test_one_figure_per_quantity():
@@ -773,14 +772,15 @@ def test_quantities_disagree_when_their_figures_do():
 
 
 def test_other_runs_stay_in_their_own_table():
-    """A figure from another run of a declared quantity is a ratio of that run, or the prose calls it this run's."""
-    problems = [other_run_problem(f, prose_text(f.where, f.cell)) for f in FIGURES]
+    """A figure from another run of a declared quantity is a ratio of that run: prose that calls it "this run's" is
+    no excuse (08 once quoted its cell's 626 µs step beside the benchmark's 913)."""
+    problems = [other_run_problem(f) for f in FIGURES]
     assert not [p for p in problems if p], "\n".join(p for p in problems if p)
     quoted = Fig("10", "p_t2", r"(1334.3)", PLAIN_US_10)           # 10 once quoted its own plain step bare
-    assert other_run_problem(quoted, "a 1334.3 µs step")
-    assert other_run_problem(quoted, "this run's step, 1334.3 µs") is None
-    assert other_run_problem(Fig("10", "p_t2", "", calc(lambda p, m: p / m, PLAIN_US_10, MERGED_US_10)), "") is None
-    assert other_run_problem(Fig("13", "c062", "", calc(lambda p, f: p / f, PLAIN_MS_10, FUSED_S)), "this run")
+    assert other_run_problem(quoted)
+    assert other_run_problem(Fig("08", "c018", r"took (\d+) µs", STEP_WALL))   # "in this run" beside the benchmark's
+    assert other_run_problem(Fig("10", "p_t2", "", calc(lambda p, m: p / m, PLAIN_US_10, MERGED_US_10))) is None
+    assert other_run_problem(Fig("13", "c062", "", calc(lambda p, f: p / f, PLAIN_MS_10, FUSED_S)))
 
 
 def test_the_scan_sees_figures():
@@ -880,3 +880,12 @@ if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     n = update()
     print(f"{n} figure(s) rewritten" + ("; now run python -m course exercises, and read the sentences" if n else ""))
+
+
+def test_the_race_defines_the_graph_modes_its_output_names():
+    """14 rc2's saved output names PyTorch's graph modes per batch size: rc1's prose defines each one it names."""
+    line = re.search(r"faster way per batch size: (.+)", output_text("14", "rc2")).group(1)
+    modes = {pair.split()[1] for pair in line.split(", ")}
+    assert modes == {"step", "interval"}, line
+    missing = [m for m in modes if f"`{m}`: " not in prose_text("14", "rc1")]
+    assert not missing, f"14 rc1 does not define the graph modes {missing} that rc2's output names"

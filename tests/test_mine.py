@@ -116,11 +116,25 @@ def test_the_simulated_student_trains_on_their_kernels_to_the_reference_numbers(
     out = capsys.readouterr().out
     assert out.count("11 of 11 pieces run your code") == 2, out  # 07 and 13: training and the surfaces, the plain loop
     acc = f"test accuracy {mine_run['epoch'][-1]['test_acc']:.4f}"
-    assert f"the network of the pictures: {acc}" in out and f"the plain loop: {acc}" in out, out
-    assert f"the fused epoch kernel: {acc}, on the course's kernels" in out, out   # 11.1, 12.1, 12.2 not done here
-    assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out and "500.0 ms" in out, out
+    assert f"the network of the pictures: {acc}" in out and "the plain loop (49-8-10 on 32 images" in out, out
+    assert "the fused epoch kernel: on the course's kernels" in out, out   # 11.1, 12.1, 12.2 not done here
+    assert "every one of its 2 steps on your kernels (9 of 9 pieces yours)" in out, out  # 13 off a GPU: no acc, no ms
     mine.use_course()
     assert registry.registered() == {} and registry.pick("2.3", None) is None
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_13_payoff_prints_accuracies_and_the_epoch_time_on_a_gpu_only(gpu, monkeypatch, capsys):
+    """Off a GPU 13's runs trained 16 images: the payoff says whose kernels ran, and one line points to the saved run."""
+    monkeypatch.setattr(course, "SIMULATOR", not gpu)
+    run = dict(setup=dict(n_in=196, hidden=8, n_train=16, batch_size=8), epoch=[dict(test_acc=0.0625)], device="cpu",
+               steps=2)
+    cell = nbtools.source(nbtools.read(nbtools.EXERCISES / "13_epoch.ipynb")["cells"][-1])
+    run_cell(dict(course=course, plain_run=run, fused_run=run, plain_s=0.0089), cell, "<13 payoff>")
+    out = capsys.readouterr().out
+    assert ("test accuracy 0.0625" in out) == ("its epoch: 8.9 ms" in out) == gpu, out
+    assert ("no GPU" in out) == (not gpu) and "the plain loop" in out and "every one of its 2 steps" in out, out
+    assert "the fused epoch kernel: " in out and "on the course's kernels" in out, out
 
 
 def test_a_solution_edited_after_passing_or_failing_its_check_is_not_used(tmp_path, monkeypatch):

@@ -70,6 +70,19 @@ def test_figures_that_mean_nothing_off_a_gpu_wait_for_one(name, cid, src):
     assert "timing.on_gpu(" in src, f"{name} {cid}: prints a figure that means nothing without a GPU"
 
 
+@pytest.mark.parametrize("name, cid, src", [c for c in cells() if "fit_fused(" in c[2] and "def fit_fused" not in c[2]],
+                         ids=lambda v: v if isinstance(v, str) and len(v) < 20 else "")
+def test_fused_training_prints_its_epochs_on_a_gpu_only(name, cid, src):
+    """fit_fused's lines per epoch (milliseconds, test accuracy) off a GPU would time a shrunk run: on a GPU only."""
+    assert "progress=progress" in src and "progress = timing.on_gpu(" in src, f"{name} {cid}: epochs printed off a GPU"
+
+
+def test_on_gpu_off_a_gpu_points_to_the_saved_run_it_is_given(capsys):
+    assert timing.on_gpu("16 images", saved="above, under the cell that compares the two runs") is False
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "saved GPU run's output, above, under the cell that compares" in out, out
+
+
 @pytest.mark.parametrize("gpu", [False, True])
 def test_05_draws_the_h200_bandwidth_line_on_a_gpu_only(gpu, monkeypatch, capsys):
     """05 c028: the 4.8 TB/s line prices an H200's memory; against CPU timings it means nothing, so off a

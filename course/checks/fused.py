@@ -210,9 +210,8 @@ def warp_sums_ref(x):
 
 
 @exercise("11.2", nudges=(
-    "A butterfly: in each exchange every lane adds the value of a partner lane, so that after all of them every lane holds the warp's sum. How many exchanges does a warp of 32 need?",
-    "The partner is the lane whose number differs in one bit: the bit's value halves from one exchange to the next, from 16 down to 1. Does every lane add, or only half of them?",
-    "An exchange takes every lane of the warp at once: each lane must call shfl_xor in every exchange, whatever its value (none skipped behind a condition), or its partner gets nothing meaningful back. Does any lane of yours skip one?",
+    "A butterfly: after the exchange with mask 16, lanes l and l ^ 16 hold the same sum of two lanes. Which mask next makes every lane's sum cover four lanes, and how many exchanges until it covers all 32?",
+    "An exchange takes every lane of the warp at once: each lane must call shfl_xor in every exchange, whatever its value (none skipped behind a condition), or its partner gets nothing meaningful back. Does any lane of yours skip one, and what does each lane do with the value it receives?",
 ), more="""\
   m = 16
   while m > 0:                      # 16, 8, 4, 2, 1: after the exchange with lane ^ m, every lane holds the sum
@@ -232,15 +231,15 @@ def check_warp_sum(warp_sum, seed=0):
         cases.append(dict(name=f"{n} values", grid=-(-n // block), block=block, inputs=[x],
                           expected=(warp_sums_ref(x), warp_sums_ref(np.float32(1) - np.float32(2) * x))))
     what = run_cases("Exercise 11.2", _warp_sum_kernel(warp_sum), cases, atol=1e-5, rtol=1e-5,
-                     hint="look at the masks (16, 8, 4, 2, 1: five exchanges, each with lane ^ m), and at what each "
-                          "exchange does: add the partner's value to your own, in every lane; every lane must call "
-                          "shfl_xor in every exchange, none skipping one behind an `if` (here the simulator exchanges "
+                     hint="every lane should return the sum of its warp's 32 lanes, and each exchange should double "
+                          "the lanes a lane's sum covers: which lanes does each of yours combine, and does every lane "
+                          "end with 32 of them? Every lane must call shfl_xor in every exchange, none skipping one behind an `if` (here the simulator exchanges "
                           "through a shared array, so a lane that skips a call leaves its partner a stale value; on "
                           "a GPU a shuffle that a lane of its mask does not join is undefined); output 2 is a second "
                           "call right after the first: a sum through scr must not be overwritten before every lane "
                           "has read it")
-    uncounted = _shuffle_budget("Exercise 11.2", warp_sum, 0, 5, "five exchanges, one shfl_xor each (masks 16, 8, "
-                                "4, 2, 1): each doubles the lanes a sum covers, so five cover 32")
+    uncounted = _shuffle_budget("Exercise 11.2", warp_sum, 0, 5, "five exchanges, one shfl_xor each: each doubles "
+                                "the lanes a sum covers, so five cover 32")
     return what + unread + uncounted
 
 
@@ -378,7 +377,7 @@ def tile_origins_ref(K, hidden):
 
 @exercise("11.1", nudges=(
     "The tiles are numbered along the hidden units first: tile 0 holds inputs 0-99 and units 0-7, tile 1 inputs 0-99 and units 8-15, and so on to the last unit, then the next 100 inputs. How many tiles lie along the hidden units?",
-    "When hidden is not a multiple of 8 the last tile of each row is narrower, but it is still a tile: round the number of tiles along the hidden units up. Tile t then lies in row t // (that number) and column t % (that number).",
+    "When hidden is not a multiple of 8 the last tile of each row is narrower, but it is still a tile: does your count of the tiles along the hidden units include it (which way does your division round)? With that many tiles to a row, which row and which column of tiles is tile t?",
 ), more="""\
   jt = (hidden + TJ - 1) // TJ      # tiles along the hidden units, the last one maybe narrower
   return (tile // jt) * TK, (tile % jt) * TJ""")
@@ -448,7 +447,7 @@ def class_sums_mistake(got, expected):
 
 @exercise("12.2", nudges=(
     "Four calls of your halve take 16 classes to 1 per lane: each keeps half of what the lane holds, and doubles the number of lanes each kept sum covers. Which masks, in which order, leave the two lanes l and l ^ 1 with the same class?",
-    "The halvings with masks 16, 8, 4, 2 (halves 8, 4, 2, 1) use every bit of the lane number but the lowest: lanes l and l ^ 1 end with the same class, each summed over the 16 lanes of its own parity. One more exchange adds the two.",
+    "In each halving the lane whose bit `mask` is set keeps the upper half: the first halving picks the class number's highest bit, the last its lowest. Which bit of the lane number must never pick one, for l and l ^ 1 to share class l >> 1? After the four halvings, which lanes has each sum not covered yet?",
 ), more="""\
   halve(acc, 8, 16, scr)            # 16 classes -> 8, each summed over 2 lanes
   halve(acc, 4, 8, scr)

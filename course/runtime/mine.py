@@ -219,13 +219,14 @@ def whose(keys, own=()):
     return f"your kernels where they passed ({len(mine)} of {len(keys)} pieces yours, the others the course's)"
 
 
-def trained(run, name, keys, own=()):
+def trained(run, name, keys, own=(), accuracy=True):
     """One line that says what trained `run` (a history of notebook 06's fit, fit_sim or fit_ref): whose kernels,
-    on which device, at which sizes, for how many of its steps; and its final test accuracy. `own`: as report's."""
+    on which device, at which sizes, for how many of its steps; and its final test accuracy, unless `accuracy` is
+    False (a shrunk run's, which means nothing). `own`: as report's."""
     setup, acc = run.get("setup", {}), run["epoch"][-1]["test_acc"]
     sizes = (f"{setup.get('n_in', '?')}-{setup.get('hidden', '?')}-10 on {setup.get('n_train', 0):,} images, "
              f"{len(run['epoch'])} epoch{'s' if len(run['epoch']) > 1 else ''} of batch {setup.get('batch_size')}")
-    head = f"{name}: test accuracy {acc:.4f} ({sizes})"
+    head = f"{name}: test accuracy {acc:.4f} ({sizes})" if accuracy else f"{name} ({sizes})"
     if run.get("device") == "numpy":
         k = run.get("kernel_steps", 0)
         kernels = (f"steps 1-{k} on {whose(keys, own)} {WHERE[run.get('kernel_device', 'sim')]}, checked equal to the "

@@ -45,12 +45,12 @@ def sim_note():
         print(f"({SIM_NOTE}: the simulator runs each GPU thread as Python code; the saved GPU run has the real ones)")
 
 
-def on_gpu(why):
-    """True on a GPU. Off it, print one line (why this cell's figures would mean nothing here, and that the saved GPU
-    run's output under the cell is the measurement) and return False: the cell then prints no figure of its own."""
+def on_gpu(why, saved="under this cell"):
+    """True on a GPU. Off it, print one line (why this cell's figures would mean nothing here, and where the saved GPU
+    run's output is, the measurement) and return False: the cell then prints no figure of its own."""
     if not course.SIMULATOR:
         return True
-    print(f"(no GPU: {why}. The saved GPU run's output, under this cell, is the measurement.)")
+    print(f"(no GPU: {why}. The saved GPU run's output, {saved}, is the measurement.)")
     return False
 
 
