@@ -60,6 +60,29 @@ def _wrong(got, want, sms, inputs, hidden, batch):
             "slowest block")
 
 
+KINDS = ("kept, a tile in whole chunks", "kept, the chunks rounding up", "over SMEM_STATIC", "too wide for the grid")
+
+
+def _kind(sms, inputs, hidden, batch):
+    """Which limit decides this case: one of KINDS."""
+    rows = sms // cdiv(hidden, TJ)
+    if rows == 0:
+        return KINDS[3]
+    if tile_inputs_ref(sms, inputs, hidden, batch) is None:
+        return KINDS[2]
+    return KINDS[0] if cdiv(inputs, rows) % CH == 0 else KINDS[1]
+
+
+def _random_case(rng, kind):
+    """(sms, inputs, hidden, batch): 1 to 264 SMs, 1 to 4,000 inputs, 1 to 1,024 hidden units (a quarter of the
+    draws at most 64), batches of 1 to 256 rows, drawn until `kind` decides it."""
+    while True:
+        hidden = int(rng.integers(1, 65 if rng.random() < 0.25 else 1025))
+        case = (int(rng.integers(1, 265)), int(rng.integers(1, 4001)), hidden, int(rng.integers(1, 257)))
+        if _kind(*case) == kind:
+            return case
+
+
 def _cases(rng):
     """(sms, inputs, hidden, batch, what): the course's GPUs, other GPUs, each limit binding in turn, random."""
     cases = [(H200_SMS, 784, 128, MAX_BATCH, "notebook 11's H200: the kernel's TK"),
