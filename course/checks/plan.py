@@ -102,7 +102,7 @@ def _cases(rng):
 
 
 @exercise("11.3", nudges=(
-    "How many tiles does W1 make for a given tile height, and how many blocks are there to own them? Count the tiles across the hidden units first: how many rows of tiles does that leave room for?",
+    "How many tiles does W1 make when a tile holds tk inputs, and how many blocks are there to own them? Count the tiles across the hidden units first: how many rows of tiles does that leave room for?",
     "With that many rows, how few inputs can a tile hold and still cover every input, in whole chunks of CH? A taller tile only takes more shared memory: if the shortest one that fits the grid is over the budget, could any other fit?",
 ), more="""\
   rows = sms // ((hidden + TJ - 1) // TJ)          # rows of tiles: a block for each tile, the last column narrower
