@@ -48,13 +48,13 @@ from course.runtime.intrinsics import EVERY_THREAD_SHUFFLES, intrinsic
 from course.runtime.util import Specialized, cdiv, require
 
 TJ = 8             # hidden units per tile: two groups of 4, a thread's 4 accumulators per row
-TK = 100           # inputs per tile (784 = 7 x 100 + 84): a row of a tile is 400 bytes, a multiple of 16
+TK = 100           # inputs per tile (784 = 7 x 100 + 84, exercise 11.3): a row of a tile is 400 bytes, 16 x 25
 TKP = 104          # TK padded with zeros to a multiple of 8: every thread's loop has one constant length
 XS = TK            # row stride of the staged X[batch, tile]: rows start on 16-byte boundaries (the TMA)
 MAX_BATCH = 64     # the largest batch: shared memory holds a tile of its X
 P_CELLS = 4096     # a shared scratch array: the warps' logits and dZ2[r] (B), the simulator's shuffles
 NC_PAD = 16        # classes padded: at most 15 outputs
-X_CELLS = MAX_BATCH * XS + 4   # and 4 zeros: row 63's inputs TK .. TKP - 1 (47,800 bytes in all, of 49,152)
+X_CELLS = MAX_BATCH * XS + 4   # and 4 zeros: row 63's inputs TK .. TKP - 1 (block_smem: 47,808 bytes in all)
 CH = 4             # inputs per chunk: a chunk of a row of X, or 4 units of a chunk of W1, is ONE 16-byte load
 NCH = TK // CH     # chunks per tile: 25
 WC = CH * TJ + 4   # cells per chunk of sW: 32 and 4 unused, so that the chunks c .. c + 7 start in 8 different banks
@@ -92,6 +92,20 @@ SMALL_PER = 10     # cells a thread loads at once (SMALL_CELLS / THREADS)
 SMALL_ONE = SMALL_CELLS   # sS[SMALL_ONE] = 1: the second factor of the sums of b1 and b2
 
 X_ALIGN = 16       # bytes: where sX starts (the TMA needs 16)
+SMEM_STATIC = 49152  # bytes of shared memory a kernel may declare statically (48 KiB): cuda.shared.array's limit
+
+
+def block_smem(tk, batch):
+    """Bytes of shared memory a block of fused_steps_kernel declares for tiles of tk inputs (a multiple of CH) and
+    batches of at most `batch` rows: its arrays sX, mbar, sW, sP, sdH in that order, each at its alignment."""
+    tkp = (tk + 7) // 8 * 8                                       # the tile's inputs padded to a multiple of 8
+    x = max(batch * tk + tkp - tk, 2 * batch * UJ + batch * NC_PAD + 1)   # X's tile, or the spare blocks' cells
+    end = 0
+    for cells, size, align in ((x, 4, X_ALIGN), (1, 8, 8), (tkp // CH * WC, 4, X_ALIGN), (P_CELLS, 4, 4),
+                               (batch * TJ, 4, X_ALIGN)):
+        end = (end + align - 1) // align * align + cells * size
+    return end
+
 
 Batch = namedtuple("Batch", "X y perm")       # the data: X (N, K) float32, y (N,) int labels, perm (n,) int64 rows
 Weights = namedtuple("Weights", "W1 b1 W2 b2")  # the parameters: W1 (K, hidden), b1 (hidden,), W2 (hidden, C), b2 (C,)
@@ -254,6 +268,18 @@ def warp_sum(scr, v):
         v += shfl_xor(scr, v, m)
         m //= 2
     return v
+
+
+# %% notebooks/11_fused.ipynb cell f_e3s
+# Exercise 11.3: how many inputs a tile
+def tile_inputs(sms, inputs, hidden, batch):
+    """The inputs per tile of W1 (inputs x hidden) for a GPU of `sms` SMs, batches of at most `batch` rows, or None."""
+    rows = sms // ((hidden + TJ - 1) // TJ)           # rows of tiles: a block for each tile, the last column narrower
+    if rows == 0:
+        return None                                    # more tiles across than blocks
+    tk = (inputs + rows - 1) // rows                   # the fewest inputs a tile holds, in that many rows
+    tk = (tk + CH - 1) // CH * CH                      # in whole 16-byte chunks
+    return tk if block_smem(tk, batch) <= SMEM_STATIC else None   # a taller tile needs more, never less
 
 
 # %% notebooks/12_kernel.ipynb cell f_e4s
