@@ -179,7 +179,7 @@ def _fail(ex, case, phases, msg, hint):
 
 @exercise("12.3", nudges=(
     "A barrier orders everything every block did before it against everything after it. Which orders of two accesses to one buffer, by different blocks, can go wrong: a write then a read, a read then a write, two writes?",
-    "The steps repeat: when phases p and q clash, a barrier must fall after p and before q (the next step's q when it comes first), and after q and before the next p. Each clash gives a span of positions; which fewest positions hit every span? The lists are short: try the sets of positions, the smallest first.",
+    "The steps repeat: when phase q comes before phase p in the list, which run of q meets p's writes first? For one clash, at which positions could a barrier go, and does the clash need one in each direction? How few positions serve every clash, and could you afford to try every set of positions, the smallest first?",
 ), more="""\
   from itertools import combinations
   n = len(phases)
