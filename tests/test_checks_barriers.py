@@ -75,3 +75,8 @@ def test_the_real_cases():
     counts = [len(ref(p)) for _, p in cases]
     assert 0 in counts and 1 in counts and any(0 < c < len(p) - 1 for c, (_, p) in zip(counts, cases))
     assert max(len(p) for _, p in cases) == 12
+    from pathlib import Path
+    history = (Path(__file__).resolve().parent.parent / "notebooks/results/fused-history.md").read_text(encoding="utf-8")
+    for script in ("fused_bytes.py", "fused_one.py", "fused_column.py"):   # the designs the check's cases model
+        assert [row for row in history.splitlines() if row.startswith("| one barrier a step") and script in row], script
+        assert script in " ".join(what for what, _ in cases), script

@@ -121,7 +121,8 @@ def _cases(rng):
     cases = [("the epoch kernel's phases (the small layer a phase late)", _kernel_late()),
              ("the kernel with the small layer in phase C", _kernel_small_in_c()),
              ("the epoch kernel with the TMA, two steps (Xt0, Xt1)", _kernel_tma()),
-             ("one barrier a step: the logits rotating over 3 copies, three steps (fused_bytes.py)",
+             ("one barrier a step: the logits rotating over 3 copies, three steps (fused_bytes.py, "
+              "fused_column.py)",
               _logits_rotating(3)),
              ("the same with 2 copies of the logits, two steps", _logits_rotating(2)),
              ("one barrier a step: phase B in every block, Z over 3 copies, the small layer over 2, six steps "
