@@ -899,6 +899,26 @@ def phase_c(data, w, acts, steps, sh, origin, kept, Xt, copies, i):
             k0, j0 = tile_origin(tile, hidden)
 
 
+# %% notebooks/12_kernel.ipynb cell f_e6s
+# Exercise 12.3: where the grid barriers go
+def barriers_needed(phases):
+    """The sorted positions k after which a grid barrier goes (k = len(phases) - 1: before the next step's first
+    phase), as few as possible. phases: [(name, reads, writes)], the buffers each phase touches across blocks."""
+    from itertools import combinations
+    n = len(phases)
+    spans = []                                                   # where a barrier may go, one set per clash
+    for p in range(n):
+        for q in range(n):
+            _, reads_p, writes_p = phases[p]
+            _, reads_q, writes_q = phases[q]
+            if writes_p & (reads_q | writes_q) or reads_p & writes_q:           # p, then q, in other blocks
+                spans.append({(p + d) % n for d in range((q - p) % n or n)})   # after p ... before q (next step's)
+    for count in range(n + 1):                                   # the fewest first
+        for cut in combinations(range(n), count):
+            if all(s & set(cut) for s in spans):
+                return list(cut)
+
+
 # %% notebooks/12_kernel.ipynb cell c047
 @cuda.jit(device=True)
 def tile_rows(i, k0, B, K):
