@@ -1036,6 +1036,16 @@ def with_yours(kernel):
     return registry.with_pieces(kernel, STUDENT_PIECES)
 
 
+class YoursTyped(dict):
+    """kernel -> the Specialized of with_yours(kernel), looked up at each launch: the pieces registered now run."""
+
+    def __getitem__(self, kernel):
+        k = with_yours(kernel)            # one copy per choice of pieces (cached), or the kernel itself
+        if k not in self:
+            super().__setitem__(k, Specialized(k))
+        return super().__getitem__(k)
+
+
 # %% notebooks/12_kernel.ipynb cell c048-2
 class FusedTrainer:
     """SGD on the MLP with the fused kernels. params: a FlatParams (W1, b1, W2, b2) from course.train.init_params.
@@ -1081,8 +1091,7 @@ class FusedTrainer:
         self.ntiles = cdiv(K, TK) * cdiv(hidden, TJ)
         self._blocks = blocks
         self.batch_size = batch_size
-        self.typed = {k: Specialized(with_yours(k))   # yours where registered (use_mine), typed once
-                      for k in (forward_kernel, backward_kernel, update_kernel, fused_steps_kernel)}
+        self.typed = YoursTyped()        # self.typed[kernel]: yours where registered, typed once per set of arrays
 
     def phase_grids(self):
         """Blocks of the three launches of mode "phases": a block per tile, per batch row, per hidden unit."""

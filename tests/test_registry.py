@@ -134,3 +134,19 @@ def test_with_pieces_compiles_a_copy_that_calls_the_registered_device_function(t
     assert type(guarded) is Guard and guarded.kernel is not built.kernel.kernel
     guarded.kernel[1, 64](out)
     assert out.copy_to_host().tolist() == [(i + 10) * 2 for i in range(40)]
+
+
+def test_a_trainer_runs_the_pieces_registered_at_each_launch():
+    """FusedTrainer asks with_yours at every launch, not once when built: a later use_mine() counts, clear() too."""
+    import course.fused as fused
+    from course.train import init_params
+    trainer = fused.FusedTrainer(init_params(8, 0, n_in=20), 4, 0.1)    # built before anything is registered
+    assert trainer.typed[fused.fused_steps_kernel].kernel is fused.fused_steps_kernel
+    registry.register("11.1", fused.tile_origin)
+    try:
+        copy = trainer.typed[fused.fused_steps_kernel].kernel
+        assert copy is fused.with_yours(fused.fused_steps_kernel) and copy is not fused.fused_steps_kernel
+        assert trainer.typed[fused.fused_steps_kernel] is trainer.typed[fused.fused_steps_kernel]   # typed once
+    finally:
+        registry.clear()
+    assert trainer.typed[fused.fused_steps_kernel].kernel is fused.fused_steps_kernel
