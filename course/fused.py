@@ -51,10 +51,10 @@ TJ = 8             # hidden units per tile: two groups of 4, a thread's 4 accumu
 TK = 100           # inputs per tile (784 = 7 x 100 + 84, exercise 11.3): a row of a tile is 400 bytes, 16 x 25
 TKP = 104          # TK padded with zeros to a multiple of 8: every thread's loop has one constant length
 XS = TK            # row stride of the staged X[batch, tile]: rows start on 16-byte boundaries (the TMA)
-MAX_BATCH = 64     # the largest batch: shared memory holds a tile of its X
+CHUNK = 64         # rows of X in shared memory at once: a larger batch is staged CHUNK rows at a time
 P_CELLS = 4096     # a shared scratch array: the warps' logits and dZ2[r] (B), the simulator's shuffles
 NC_PAD = 16        # classes padded: at most 15 outputs
-X_CELLS = MAX_BATCH * XS + 4   # and 4 zeros: row 63's inputs TK .. TKP - 1 (block_smem: 47,808 bytes in all)
+X_CELLS = CHUNK * XS + 4   # and 4 zeros: row 63's inputs TK .. TKP - 1 (block_smem: 47,808 bytes in all)
 CH = 4             # inputs per chunk: a chunk of a row of X, or 4 units of a chunk of W1, is ONE 16-byte load
 NCH = TK // CH     # chunks per tile: 25
 WC = CH * TJ + 4   # cells per chunk of sW: 32 and 4 unused, so that the chunks c .. c + 7 start in 8 different banks
@@ -62,7 +62,7 @@ W_CELLS = (TKP // CH) * WC
 LANES = 8          # phase C: a chunk's shares of the batch rows
 ROWS_A = 4         # phase A: rows a thread sums (2 or 4), over 1/(4 ROWS_A) of the chunks
 C_WORK = 13 * 32   # phase C: NCH chunks x 2 halves x LANES lanes = 400 threads: 13 warps
-DH_CELLS = MAX_BATCH * TJ
+DH_CELLS = CHUNK * TJ
 DH_PER = 2         # phase C: cells of dH[:, tile] a thread loads early (the rest, in small blocks, later)
 THREADS = 512      # threads per block on a GPU
 
@@ -87,7 +87,7 @@ AT_DH_STAGED = 12  # phase C: dH[:, tile] in shared memory
 AT_W1_UPDATED = 14  # phase C: W1 updated
 AT_DW1_SUMS = 15   # phase C: dW1's 4 x 4 blocks summed in registers
 UJ = 32            # the small layer's update by the blocks without a tile: hidden units per block
-SMALL_CELLS = 2 * MAX_BATCH * UJ + MAX_BATCH * NC_PAD   # H, dH columns and dZ2 staged: 5,120 cells (in sX)
+SMALL_CELLS = 2 * CHUNK * UJ + CHUNK * NC_PAD   # H, dH columns and dZ2 staged: 5,120 cells (in sX)
 SMALL_PER = 10     # cells a thread loads at once (SMALL_CELLS / THREADS)
 SMALL_ONE = SMALL_CELLS   # sS[SMALL_ONE] = 1: the second factor of the sums of b1 and b2
 
@@ -112,16 +112,22 @@ Weights = namedtuple("Weights", "W1 b1 W2 b2")  # the parameters: W1 (K, hidden)
 Acts = namedtuple("Acts", "Z H dZ2 dH")       # a step's buffers: Z, H, dH (B, hidden), dZ2 (B, C), float32
 Steps = namedtuple("Steps", "step0 nsteps lr losses T")  # a launch's steps step0 .. step0 + nsteps - 1, the
 #                                               learning rate, losses (steps,) float32 and T, the clocks (stamp)
+Momentum = namedtuple("Momentum", "mu nesterov V1 v1 V2 v2")  # the optimizer: momentum mu (0: plain SGD), Nesterov's
+#                                               or heavy-ball, the velocities of W1, b1, W2, b2 (no cells when mu = 0)
 Shared = namedtuple("Shared", "sX sW sdH sP mbar")  # a block's shared memory: tiles of X, W1 and dH, the scratch
 #                                               cells sP (P_CELLS) and the TMA's mbarrier
 
 
 # %% notebooks/11_fused.ipynb cell c041
-def sgd_epoch_ref(X, y, perm, params, batch_size, lr):
-    """NumPy twin of one epoch of SGD (float64 gradients from course.grad's twins), batches perm[k*B:(k+1)*B].
+def sgd_epoch_ref(X, y, perm, params, batch_size, lr, momentum=0.0, nesterov=False, velocity=None):
+    """NumPy twin of one epoch of SGD (float64 gradients from course.grad's twins), batches perm[k*B:(k+1)*B],
+    with torch.optim.SGD's momentum when `momentum` > 0: v = momentum v + g, then w -= lr v (heavy ball) or
+    w -= lr (g + momentum v) (`nesterov`).
 
-    params: dict W1, b1, W2, b2 (host arrays, not changed). Returns (losses (steps,) float64, new params dict)."""
+    params: dict W1, b1, W2, b2 (host arrays, not changed). velocity: None (zeros) or a dict like params of float64
+    arrays, updated in place (the next epoch's start). Returns (losses (steps,) float64, new params dict)."""
     p = {k: np.asarray(v, np.float64).copy() for k, v in params.items()}
+    v = velocity if velocity is not None else {k: np.zeros_like(a) for k, a in p.items()}
     losses = []
     for k0 in range(0, (len(perm) // batch_size) * batch_size, batch_size):
         idx = perm[k0:k0 + batch_size]
@@ -129,6 +135,9 @@ def sgd_epoch_ref(X, y, perm, params, batch_size, lr):
         losses.append(mlp_loss_ref(Xb, yb, p["W1"], p["b1"], p["W2"], p["b2"]))
         g = mlp_grads_ref(Xb, yb, p["W1"], p["b1"], p["W2"], p["b2"])
         for name in p:
+            if momentum:
+                v[name][...] = momentum * v[name] + g[name]
+                g[name] = g[name] + momentum * v[name] if nesterov else v[name]
             p[name] -= lr * g[name]
     return np.array(losses), p
 
@@ -301,7 +310,7 @@ def halve(acc, half, mask, scr):
 # %% notebooks/12_kernel.ipynb cell c043
 @cuda.jit(device=True)
 def stage_x(X, perm, base, B, k0, sX):
-    """sX[r, kk] = X[perm[base + r], k0 + kk] for r < MAX_BATCH, kk < XS, zeros past the batch and the tile (the
+    """sX[r, kk] = X[perm[base + r], k0 + kk] for r < CHUNK, kk < XS, zeros past the batch and the tile (the
     gather is a read in place: perm[base + r] is the row of X). Warp w stages rows w, w + warps, w + 2 warps,
     w + 3 warps at once, lane l their inputs l, l + 32, l + 64, l + 96: 16 loads in flight per thread before the
     first store."""
@@ -310,7 +319,7 @@ def stage_x(X, perm, base, B, k0, sX):
     warps = cuda.blockDim.x // 32
     x = cuda.local.array(16, float32)        # registers: the loops over p and q have constant lengths
     r0 = cuda.threadIdx.x // 32
-    while r0 < MAX_BATCH:
+    while r0 < CHUNK:
         for p in range(4):
             r = r0 + p * warps
             row = uint64(perm[base + min(r, B - 1)])
@@ -322,11 +331,11 @@ def stage_x(X, perm, base, B, k0, sX):
             r = r0 + p * warps
             for q in range(4):
                 kk = lane + 32 * q
-                if r < MAX_BATCH and kk < XS:
+                if r < CHUNK and kk < XS:
                     sX[r * XS + kk] = x[4 * p + q]
         r0 += 4 * warps
-    if cuda.threadIdx.x < X_CELLS - MAX_BATCH * XS:
-        sX[MAX_BATCH * XS + cuda.threadIdx.x] = float32(0.0)     # the zeros past the last row
+    if cuda.threadIdx.x < X_CELLS - CHUNK * XS:
+        sX[CHUNK * XS + cuda.threadIdx.x] = float32(0.0)     # the zeros past the last row
 
 
 @cuda.jit(device=True)
@@ -343,17 +352,17 @@ def copy_x(Xt, row, B, sX, mbar):
 # %% notebooks/12_kernel.ipynb cell c043-2
 @cuda.jit(device=True)
 def gather_tiles(X, perm, base, B, Xt, row0, v, stride):
-    """Xt[row0 + kt MAX_BATCH + r, kk] = X[perm[base + r], kt TK + kk] for the rows r < B, zeros past the inputs:
+    """Xt[row0 + kt CHUNK + r, kk] = X[perm[base + r], kt TK + kk] for the rows r < B, zeros past the inputs:
     the batch's tile of inputs kt is ONE run of memory for copy_x. Thread v of `stride` threads writes the cells
     v, v + stride, ... (consecutive threads, consecutive inputs of a row of X), then fences its writes before the
     TMA's reads. Unsigned indices, constant divisors: few registers, in the middle of the epoch kernel."""
     K = uint64(X.shape[1])
-    n = (K + uint64(TK - 1)) // uint64(TK) * uint64(MAX_BATCH * TK)      # cells of the batch's tiles
+    n = (K + uint64(TK - 1)) // uint64(TK) * uint64(CHUNK * TK)      # cells of the batch's tiles
     v = uint64(v)
     while v < n:
-        q = v // uint64(TK)                      # the row of Xt: tile q // MAX_BATCH, batch row q % MAX_BATCH
-        r = q % uint64(MAX_BATCH)
-        k = q // uint64(MAX_BATCH) * uint64(TK) + (v - q * uint64(TK))
+        q = v // uint64(TK)                      # the row of Xt: tile q // CHUNK, batch row q % CHUNK
+        r = q % uint64(CHUNK)
+        k = q // uint64(CHUNK) * uint64(TK) + (v - q * uint64(TK))
         if r < uint64(B):
             row = uint64(perm[uint64(base) + r])
             Xt[uint64(row0) + q, v - q * uint64(TK)] = X[row, min(k, K - uint64(1))] if k < K else float32(0.0)
@@ -405,8 +414,8 @@ def stage_w(W1, k0, j0, sW):
 
 # %% notebooks/12_kernel.ipynb cell c043-3
 @cuda.jit(device=True)
-def forward_tile(sX, sW, B, j0, Z, scr):
-    """Z[r, j0 + jj] += sum over kk of sX[r, kk] sW[kk, jj], the partial sums kept in registers (none in
+def forward_tile(sX, sW, B, j0, Z, r0, scr):
+    """Z[r0 + r, j0 + jj] += sum over kk of sX[r, kk] sW[kk, jj] for the chunk's B rows, the partial sums kept in registers (none in
     shared memory). Thread u = (rg, quad, s) sums ROWS_A rows rg, rg + 64 / ROWS_A, ... x the units
     4 quad .. 4 quad + 3 (quad: which 4 of the tile's 8) over the chunks s, s + L, ... of CH inputs (L = 4 ROWS_A
     lanes), each a 16-byte load
@@ -415,7 +424,7 @@ def forward_tile(sX, sW, B, j0, Z, scr):
     into Z, atomically. Every thread must call it."""
     hidden = Z.shape[1]
     L = 4 * ROWS_A                               # lanes that split a row group's chunks
-    G = MAX_BATCH // ROWS_A                      # row groups: a thread's rows are G apart
+    G = CHUNK // ROWS_A                      # row groups: a thread's rows are G apart
     acc = cuda.local.array(16, float32)          # ROWS_A rows x the 4 units
     x = cuda.local.array(16, float32)            # a chunk of each of the rows
     u0 = 0
@@ -443,7 +452,7 @@ def forward_tile(sX, sW, B, j0, Z, scr):
         r = int(rg) + G * int(s >> uint64(2))
         jj = 4 * int(quad) + int(s % uint64(4))
         if r < B and j0 + jj < hidden:
-            cuda.atomic.add(Z, (r, j0 + jj), acc[0])
+            cuda.atomic.add(Z, (r0 + r, j0 + jj), acc[0])
         u0 += cuda.blockDim.x
 
 
@@ -452,7 +461,8 @@ def forward_tile(sX, sW, B, j0, Z, scr):
 def phase_a(data, w, acts, steps, sh, origin, fresh_w, copies, i):
     """Forward, the launch's step i: every tile of this block adds X[batch, tile] W1[tile] into Z. The tile of W1 is
     staged when `fresh_w` (else sh.sW holds it, as phase C left it); origin: tile_origin of the block's first tile.
-    X[batch, tile] is staged, or when `copies` (one tile per block) waits for the TMA: mbar's round of parity i % 2.
+    X[batch, tile] is staged CHUNK rows at a time, or when `copies` (one tile per block, a batch of at most CHUNK
+    rows) waits for the TMA: mbar's round of parity i % 2.
     Every thread of the block must call it. data: a Batch, w: Weights, acts: Acts (phase A reads X, perm, W1 and
     adds into Z), steps: Steps, sh: Shared."""
     X, perm, W1, Z = data.X, data.perm, w.W1, acts.Z
@@ -469,10 +479,15 @@ def phase_a(data, w, acts, steps, sh, origin, fresh_w, copies, i):
         if copies:
             wait_x(sh.mbar, i % 2)
         else:
-            stage_x(X, perm, base, B, k0, sX)
+            stage_x(X, perm, base, min(B, CHUNK), k0, sX)
         cuda.syncthreads()
         stamp(T, i, AT_X_STAGED)
-        forward_tile(sX, sW, B, j0, Z, sh.sP[P_CELLS - 512:])
+        forward_tile(sX, sW, min(B, CHUNK), j0, Z, 0, sh.sP[P_CELLS - 512:])
+        for r0 in range(CHUNK, B, CHUNK):        # a batch of more than CHUNK rows: its next chunks
+            cuda.syncthreads()                   # sX is read
+            stage_x(X, perm, base + r0, min(B - r0, CHUNK), k0, sX)
+            cuda.syncthreads()
+            forward_tile(sX, sW, min(B - r0, CHUNK), j0, Z, r0, sh.sP[P_CELLS - 512:])
         tile += cuda.gridDim.x
         if tile < ntiles:                        # (a division: only when there is a next tile)
             cuda.syncthreads()                   # sX and sW are read: the next tile may be staged
@@ -618,16 +633,14 @@ def prefetch_next(data, base, B, Xt, row0):
 # %% notebooks/12_kernel.ipynb cell cf2
 @cuda.jit(device=True)
 def block_grads(sX, sdH, u, acc):
-    """acc[4 kk + q] = sum over rows r = s, s + LANES, ... of sX[r, 4 c + kk] sdH[r, 4 quad + q], u = (c, s,
+    """acc[4 kk + q] += sum over rows r = s, s + LANES, ... of sX[r, 4 c + kk] sdH[r, 4 quad + q], u = (c, s,
     quad): a 4 x 4 block of dW1[tile] over 1/LANES of the batch (rows past it are zeros), a row's 4 inputs and 4
     units in two 16-byte loads for 16 multiply-adds. A 16-byte load is served 8
     lanes at a time: lanes 0 .. 7 read rows 0 .. 3 x both halves, 128 bytes of sdH in a row (no bank conflict)."""
     quad, s, c = u % uint64(2), (u // uint64(2)) % uint64(LANES), min(u // uint64(2 * LANES), uint64(NCH - 1))
-    for q in range(16):
-        acc[q] = float32(0.0)
     ix = s * XS_U + uint64(CH) * c               # sX[s, 4c]
     idh = s * TJ_U + uint64(4) * quad            # sdH[s, 4 quad]
-    for _ in range(MAX_BATCH // LANES):
+    for _ in range(CHUNK // LANES):
         x = load4(sX, ix)
         d = load4(sdH, idh)
         for kk in range(CH):
@@ -638,9 +651,24 @@ def block_grads(sX, sdH, u, acc):
 
 
 @cuda.jit(device=True)
-def update_cells(lr, W1, k0, j0, sW, u, acc, scr):
+def descend(old, g, lr, m, V, at):
+    """A parameter's new value from its old one and its gradient g: old - lr g when m.mu is 0 (plain SGD); else,
+    as torch.optim.SGD, the velocity V[at] = mu V[at] + g and old - lr V[at] (heavy ball) or old - lr (g + mu V[at])
+    (Nesterov). m: a Momentum."""
+    if m.mu == float32(0.0):
+        return old - lr * g
+    v = m.mu * V[at] + g
+    V[at] = v
+    if m.nesterov:
+        return old - lr * (g + m.mu * v)
+    return old - lr * v
+
+
+@cuda.jit(device=True)
+def update_cells(lr, m, W1, k0, j0, sW, u, acc, scr):
     """The LANES lanes s of a chunk and quad add up their blocks (block_grads) with shuffles, each keeping two
-    cells of dW1: input 4 c + (s >> 1), units 4 quad + 2 (s % 2) and the next; W1 -= lr dW1 there, and in sW."""
+    cells of dW1: input 4 c + (s >> 1), units 4 quad + 2 (s % 2) and the next; W1 descends there (descend, m: a
+    Momentum), and in sW."""
     K, hidden = W1.shape
     halve(acc, 8, 8, scr)                        # lane bits 3, 2 (s bits 2, 1): the input
     halve(acc, 4, 4, scr)
@@ -650,7 +678,7 @@ def update_cells(lr, W1, k0, j0, sW, u, acc, scr):
     for e in range(2):
         jj = 4 * quad + 2 * (s % 2) + e
         if c < NCH and k0 + kk < K and j0 + jj < hidden:
-            w = sW[w_at(kk, jj)] - lr * acc[e]
+            w = descend(sW[w_at(kk, jj)], acc[e], lr, m, m.V1, (k0 + kk, j0 + jj))
             sW[w_at(kk, jj)] = w
             W1[k0 + kk, j0 + jj] = w
 
@@ -678,10 +706,11 @@ def lane_sums(sR, n):
 
 # %% notebooks/12_kernel.ipynb cell cf2-2
 @cuda.jit(device=True)
-def update_unit(j, lr, w, acts, sR):
+def update_unit(j, lr, w, m, acts, sR):
     """Hidden unit j < hidden: W2[j, c] -= lr sum_r H[r, j] dZ2[r, c] (c < C) and b1[j] -= lr sum_r dH[r, j]
     (c = C); j == hidden: b2[c] -= lr sum_r dZ2[r, c]. Thread (lane, c) sums two rows at a time; the parameter
-    it updates is loaded first, so that its trip to memory overlaps the sums. w: Weights, acts: Acts."""
+    it updates is loaded first, so that its trip to memory overlaps the sums. w: Weights, m: Momentum (descend),
+    acts: Acts."""
     b1, W2, b2 = w.b1, w.W2, w.b2
     H, dZ2, dH = acts.H, acts.dZ2, acts.dH
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
@@ -718,30 +747,30 @@ def update_unit(j, lr, w, acts, sR):
     g = lane_sums(sR, C + 1)
     if j == hidden:
         if t < C:
-            b2[t] = old - lr * g
+            b2[t] = descend(old, g, lr, m, m.v2, t)
     elif t < C:
-        W2[j, t] = old - lr * g
+        W2[j, t] = descend(old, g, lr, m, m.V2, (j, t))
     elif t == C:
-        b1[j] = old - lr * g
+        b1[j] = descend(old, g, lr, m, m.v1, j)
     cuda.syncthreads()                           # sR is reused by the next unit
 
 
 @cuda.jit(device=True)
-def update_units(lr, w, acts, sP):
+def update_units(lr, w, m, acts, sP):
     """The hidden units of this block: unit hidden - u for u = block, block + grid, ... (block 0 takes b2, as
-    unit `hidden`). Every thread of the block must call it. w: Weights, acts: Acts."""
+    unit `hidden`). Every thread of the block must call it. w: Weights, m: Momentum, acts: Acts."""
     hidden = acts.H.shape[1]
     u = cuda.blockIdx.x
     while u < hidden + 1:
-        update_unit(hidden - u, lr, w, acts, sP)
+        update_unit(hidden - u, lr, w, m, acts, sP)
         u += cuda.gridDim.x
 
 
 # %% notebooks/12_kernel.ipynb cell cf2-3
 @cuda.jit(device=True)
-def stage_small(acts, j0, sS):
-    """sS = H[:, j0:j0 + UJ], dH[:, j0:j0 + UJ] (MAX_BATCH x UJ each), dZ2 (MAX_BATCH x NC_PAD), zeros past the
-    edges, and sS[SMALL_ONE] = 1. Thread o: 4 cells of row o // 8 of H, the same of dH, 2 cells of dZ2: 10 loads
+def stage_small(acts, r0, j0, sS):
+    """sS = H[r0:r0 + CHUNK, j0:j0 + UJ], dH[r0:r0 + CHUNK, j0:j0 + UJ] (CHUNK x UJ each), dZ2[r0:r0 + CHUNK]
+    (CHUNK x NC_PAD), zeros past the edges, and sS[SMALL_ONE] = 1. Thread o: 4 cells of row o // 8 of H, the same of dH, 2 cells of dZ2: 10 loads
     in flight, at unsigned indices held inside the arrays (no branch, no wraparound check); then the stores.
     acts: Acts (H, dZ2, dH read)."""
     H, dZ2, dH = acts.H, acts.dZ2, acts.dH
@@ -749,9 +778,9 @@ def stage_small(acts, j0, sS):
     C = dZ2.shape[1]
     v = cuda.local.array(SMALL_PER, float32)
     o = uint64(cuda.threadIdx.x)
-    while o < uint64(MAX_BATCH * UJ // 4):      # cells 4o .. 4o + 3 of H and dH, 2o, 2o + 1 of dZ2
-        r, jj = o // uint64(UJ // 4), uint64(4) * (o % uint64(UJ // 4))
-        rc, c = o // uint64(NC_PAD // 2), uint64(2) * (o % uint64(NC_PAD // 2))
+    while o < uint64(CHUNK * UJ // 4):      # cells 4o .. 4o + 3 of H and dH, 2o, 2o + 1 of dZ2
+        r, jj = uint64(r0) + o // uint64(UJ // 4), uint64(4) * (o % uint64(UJ // 4))
+        rc, c = uint64(r0) + o // uint64(NC_PAD // 2), uint64(2) * (o % uint64(NC_PAD // 2))
         for q in range(4):                       # constant lengths: the loads go out together
             j = min(uint64(j0) + jj + uint64(q), uint64(hidden - 1))
             v[q] = H[min(r, uint64(B - 1)), j]
@@ -761,10 +790,10 @@ def stage_small(acts, j0, sS):
         for q in range(4):
             ok = r < uint64(B) and uint64(j0) + jj + uint64(q) < uint64(hidden)
             sS[uint64(4) * o + uint64(q)] = v[q] if ok else float32(0.0)
-            sS[uint64(MAX_BATCH * UJ + q) + uint64(4) * o] = v[4 + q] if ok else float32(0.0)
+            sS[uint64(CHUNK * UJ + q) + uint64(4) * o] = v[4 + q] if ok else float32(0.0)
         for e in range(2):
             ok = rc < uint64(B) and c + uint64(e) < uint64(C)
-            sS[uint64(2 * MAX_BATCH * UJ + e) + uint64(2) * o] = v[8 + e] if ok else float32(0.0)
+            sS[uint64(2 * CHUNK * UJ + e) + uint64(2) * o] = v[8 + e] if ok else float32(0.0)
         o += uint64(cuda.blockDim.x)
     if cuda.threadIdx.x == 0:
         sS[SMALL_ONE] = float32(1.0)
@@ -780,7 +809,7 @@ def small_grad(a, sa, b, sb, sS):
     s1 = float32(0.0)
     s2 = float32(0.0)
     s3 = float32(0.0)
-    for r in range(0, MAX_BATCH, 4):             # constant length: unrolled, the loads go out early
+    for r in range(0, CHUNK, 4):             # constant length: unrolled, the loads go out early
         s0 += sS[a + uint64(r) * sa] * sS[b + uint64(r) * sb]
         s1 += sS[a + uint64(r + 1) * sa] * sS[b + uint64(r + 1) * sb]
         s2 += sS[a + uint64(r + 2) * sa] * sS[b + uint64(r + 2) * sb]
@@ -790,14 +819,14 @@ def small_grad(a, sa, b, sb, sS):
 
 # %% notebooks/12_kernel.ipynb cell cf2-4
 @cuda.jit(device=True)
-def update_small(lr, w, acts, first, sS, T, i):
+def update_small(lr, w, m, acts, first, sS, T, i):
     """The small layer after a step, by the blocks from `first` on (those with no tile; the others return at once),
-    UJ hidden units each: W2[j, c] -= lr sum_r H[r, j] dZ2[r, c], b1[j] -= lr sum_r dH[r, j] and, in block
-    `first`, b2[c] -= lr sum_r dZ2[r, c]. The block's columns are staged in shared memory sS (stage_small), then a
-    thread per parameter; the old values are loaded before the staging, so that both trips overlap. w: Weights,
-    acts: Acts."""
+    UJ hidden units each: W2[j, c] descends along sum_r H[r, j] dZ2[r, c], b1[j] along sum_r dH[r, j] and, in
+    block `first`, b2[c] along sum_r dZ2[r, c] (descend). The block's columns are staged in shared memory sS
+    (stage_small), CHUNK rows at a time, then a thread per parameter; the old values are loaded before the staging,
+    so that both trips overlap. w: Weights, m: Momentum, acts: Acts."""
     b1, W2, b2 = w.b1, w.W2, w.b2
-    hidden = acts.H.shape[1]
+    B, hidden = acts.H.shape
     C = W2.shape[1]
     t = cuda.threadIdx.x
     g = cuda.blockIdx.x - first
@@ -812,45 +841,73 @@ def update_small(lr, w, acts, first, sS, T, i):
     old = float32(0.0)
     if ok:
         old = W2[j0 + jj, c] if kind == 0 else (b1[j0 + jj] if kind == 1 else b2[c])
-    D = 2 * MAX_BATCH * UJ                       # where dZ2 starts in sS
+    D = 2 * CHUNK * UJ                       # where dZ2 starts in sS
     if kind == 0:                                # the two columns of sS that the parameter's sum multiplies
         a, sa, b, sb = jj, UJ, D + c, NC_PAD
     elif kind == 1:
-        a, sa, b, sb = MAX_BATCH * UJ + jj, UJ, SMALL_ONE, 0
+        a, sa, b, sb = CHUNK * UJ + jj, UJ, SMALL_ONE, 0
     else:
         a, sa, b, sb = D + c, NC_PAD, SMALL_ONE, 0
-    if j0 < hidden:
-        stage_small(acts, j0, sS)
-    stamp(T, i, AT_SPARE_STAGED)
-    if ok and j0 < hidden:
-        new = old - lr * small_grad(uint64(a), uint64(sa), uint64(b), uint64(sb), sS)
+    if j0 >= hidden:                             # a block past the hidden units: nothing to update
+        stamp(T, i, AT_SPARE_STAGED)
+        return
+    grad = float32(0.0)
+    for r0 in range(0, B, CHUNK):                # the batch's rows, CHUNK at a time
+        if r0 > 0:
+            cuda.syncthreads()                   # sS is read
+        stage_small(acts, r0, j0, sS)
+        if r0 == 0:
+            stamp(T, i, AT_SPARE_STAGED)
+        if ok:
+            grad += small_grad(uint64(a), uint64(sa), uint64(b), uint64(sb), sS)
+    if ok:
         if kind == 0:
-            W2[j0 + jj, c] = new
+            W2[j0 + jj, c] = descend(old, grad, lr, m, m.V2, (j0 + jj, c))
         elif kind == 1:
-            b1[j0 + jj] = new
+            b1[j0 + jj] = descend(old, grad, lr, m, m.v1, j0 + jj)
         else:
-            b2[c] = new
+            b2[c] = descend(old, grad, lr, m, m.v2, c)
 
 
 @cuda.jit(device=True)
-def load_dh(dH, j0, d):
-    """d[q] = dH[r, j0 + jj] for the cells v = t + q * blockDim = r * TJ + jj of sdH (zeros past the edges)."""
+def load_dh(dH, r0, j0, d):
+    """d[q] = dH[r0 + r, j0 + jj] for the cells v = t + q * blockDim = r * TJ + jj of sdH (zeros past the edges)."""
     B, hidden = dH.shape
     for q in range(DH_PER):                      # unsigned indices inside dH, no branch: the loads go out together
         v = uint64(cuda.threadIdx.x + q * cuda.blockDim.x)
-        r, jj = v // TJ_U, v % TJ_U
+        r, jj = uint64(r0) + v // TJ_U, v % TJ_U
         x = dH[min(r, uint64(B - 1)), min(uint64(j0) + jj, uint64(hidden - 1))]
         d[q] = x if r < uint64(B) and uint64(j0) + jj < uint64(hidden) else float32(0.0)
 
 
+@cuda.jit(device=True)
+def stage_dh(dH, r0, j0, d, sdH):
+    """sdH[r, jj] = dH[r0 + r, j0 + jj] for the chunk's CHUNK rows x TJ units (zeros past the edges): the cells of
+    load_dh first, all in flight at once, then those past them (blocks of fewer than 256 threads)."""
+    B, hidden = dH.shape
+    t, nt = cuda.threadIdx.x, cuda.blockDim.x
+    load_dh(dH, r0, j0, d)
+    for q in range(DH_PER):
+        v = t + q * nt
+        if v < DH_CELLS:
+            sdH[v] = d[q]
+    v = t + DH_PER * nt
+    while v < DH_CELLS:
+        r = v // TJ
+        jj = v - r * TJ
+        sdH[v] = dH[r0 + r, j0 + jj] if r0 + r < B and j0 + jj < hidden else float32(0.0)
+        v += nt
+
+
 # %% notebooks/12_kernel.ipynb cell cf2-5
 @cuda.jit(device=True)
-def phase_c(data, w, acts, steps, sh, origin, kept, Xt, copies, i):
+def phase_c(data, w, m, acts, steps, sh, origin, kept, Xt, copies, i):
     """Update W1 after the launch's step i, every tile of this block: dW1[tile] = X[batch, tile]^T dH[:, tile],
-    W1[tile] -= lr dW1[tile]. X[batch, tile] and the tile of W1 are staged again unless `kept` (a block that owns
-    one tile still holds both from phase A). `copies`: once the sums have read sX, the TMA brings the next batch's
-    tile from Xt into it, for the next phase A. Every thread of the block must call it. data: a Batch, w: Weights
-    (W1 updated), acts: Acts (dH read), steps: Steps, sh: Shared."""
+    summed CHUNK rows at a time, then W1[tile] descends (descend). X[batch, tile] and the tile of W1 are staged
+    again unless `kept` (a block that owns one tile still holds both from phase A, and X's whole batch when it has
+    at most CHUNK rows). `copies`: once the sums have read sX, the TMA brings the next batch's tile from Xt into it,
+    for the next phase A. Every thread of the block must call it. data: a Batch, w: Weights (W1 updated),
+    m: Momentum, acts: Acts (dH read), steps: Steps, sh: Shared."""
     X, perm, W1, dH = data.X, data.perm, w.W1, acts.dH
     sX, sW, sdH, lr, T = sh.sX, sh.sW, sh.sdH, steps.lr, steps.T
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
@@ -863,34 +920,33 @@ def phase_c(data, w, acts, steps, sh, origin, kept, Xt, copies, i):
     tile = cuda.blockIdx.x
     k0, j0 = origin
     while tile < ntiles:
-        load_dh(dH, j0, d)
-        for q in range(DH_PER):
-            v = t + q * nt
-            if v < DH_CELLS:
-                sdH[v] = d[q]
-        v = t + DH_PER * nt                      # the cells past those (blocks of fewer than 256 threads)
-        while v < DH_CELLS:
-            r = v // TJ
-            jj = v - r * TJ
-            sdH[v] = dH[r, j0 + jj] if r < B and j0 + jj < hidden else float32(0.0)
-            v += nt
+        stage_dh(dH, 0, j0, d, sdH)
+        if not kept or B > CHUNK:                # phase A left the batch's last chunk of X in sX
+            stage_x(X, perm, base, min(B, CHUNK), k0, sX)
         if not kept:
-            stage_x(X, perm, base, B, k0, sX)
             stage_w(W1, k0, j0, sW)
         cuda.syncthreads()
         stamp(T, i, AT_DH_STAGED)
         u0 = 0
         while u0 < C_WORK:                       # a pass for every thread (the simulator's shuffles need them all)
             u = uint64(u0 + t)
-            if u < C_WORK or EVERY_THREAD_SHUFFLES:
-                block_grads(sX, sdH, u, acc)
+            for q in range(16):
+                acc[q] = float32(0.0)
+            for r0 in range(0, B, CHUNK):        # the batch's chunks: one, unless B > CHUNK
+                if r0 > 0 or (u0 > 0 and B > CHUNK):     # a chunk not in shared memory
+                    cuda.syncthreads()           # sX and sdH are read
+                    stage_dh(dH, r0, j0, d, sdH)
+                    stage_x(X, perm, base + r0, min(B - r0, CHUNK), k0, sX)
+                    cuda.syncthreads()
+                if u < C_WORK or EVERY_THREAD_SHUFFLES:
+                    block_grads(sX, sdH, u, acc)
             if u0 + nt >= C_WORK:                # the last pass: every thread has read sX
                 cuda.syncthreads()
                 stamp(T, i, AT_DW1_SUMS)
                 if copies:                       # the last thread: in a warp without a block when nt > C_WORK
                     copy_x(Xt, tile_rows(i + 1, k0, B, K), B, sX, sh.mbar)
             if u < C_WORK or EVERY_THREAD_SHUFFLES:
-                update_cells(lr, W1, k0, j0, sW, u, acc, sh.sP[P_CELLS - 512:])
+                update_cells(lr, m, W1, k0, j0, sW, u, acc, sh.sP[P_CELLS - 512:])
             u0 += nt
         cuda.syncthreads()                       # sW is updated
         stamp(T, i, AT_W1_UPDATED)
@@ -923,8 +979,8 @@ def barriers_needed(phases):
 @cuda.jit(device=True)
 def tile_rows(i, k0, B, K):
     """The first row in Xt of the tile of inputs k0 ... of the launch's step i (gather_tiles): two batches' tiles,
-    steps i and i + 1 at rows (i % 2) x the tiles of a batch x MAX_BATCH and ((i + 1) % 2) x ..."""
-    return ((i % 2) * ((K + TK - 1) // TK) + k0 // TK) * MAX_BATCH
+    steps i and i + 1 at rows (i % 2) x the tiles of a batch x CHUNK and ((i + 1) % 2) x ..."""
+    return ((i % 2) * ((K + TK - 1) // TK) + k0 // TK) * CHUNK
 
 
 RESTAGE_W = True   # phase_a's fresh_w: stage W1's tile (a one-phase launch keeps nothing from the step before)
@@ -933,7 +989,7 @@ NO_TMA = False     # copies: the threads stage X (no bulk copies between separat
 
 
 @cuda.jit(max_registers=REGS)
-def forward_kernel(data, w, acts, steps):
+def forward_kernel(data, w, m, acts, steps):
     """Phase A of step steps.step0 as its own launch (any grid: blocks stride over the tiles)."""
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
@@ -944,7 +1000,7 @@ def forward_kernel(data, w, acts, steps):
 
 
 @cuda.jit(max_registers=REGS)
-def backward_kernel(data, w, acts, steps):
+def backward_kernel(data, w, m, acts, steps):
     """Phase B of step steps.step0 as its own launch (any grid: blocks stride over the batch rows); the step's mean
     loss added to steps.losses[step0]."""
     sP = cuda.shared.array(P_CELLS, float32)
@@ -954,7 +1010,7 @@ def backward_kernel(data, w, acts, steps):
 
 
 @cuda.jit(max_registers=REGS)
-def update_kernel(data, w, acts, steps):
+def update_kernel(data, w, m, acts, steps):
     """Phase C of step steps.step0 as its own launch, the hidden units first (any grid: blocks stride over the
     hidden units and the tiles)."""
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
@@ -962,16 +1018,16 @@ def update_kernel(data, w, acts, steps):
     sP = cuda.shared.array(P_CELLS, float32)
     sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
-    update_units(steps.lr, w, acts, sP)
-    phase_c(data, w, acts, steps, Shared(sX, sW, sdH, sP, mbar), tile_origin(cuda.blockIdx.x, w.W1.shape[1]),
+    update_units(steps.lr, w, m, acts, sP)
+    phase_c(data, w, m, acts, steps, Shared(sX, sW, sdH, sP, mbar), tile_origin(cuda.blockIdx.x, w.W1.shape[1]),
             NOT_KEPT, data.X, NO_TMA, 0)
 
 
 # %% notebooks/12_kernel.ipynb cell c047-2
 @cuda.jit(max_registers=REGS)
-def fused_steps_kernel(data, w, acts, steps, bar, Xt):
+def fused_steps_kernel(data, w, m, acts, steps, bar, Xt):
     """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, a grid barrier
-    after A and after B (notebook 11's plan). data: a Batch, w: Weights, acts: Acts, steps: Steps (T: the clocks,
+    after A and after B (notebook 11's plan). data: a Batch, w: Weights, m: Momentum, acts: Acts, steps: Steps (T: the clocks,
     (steps, blocks, NPOINTS), or (0, 1, NPOINTS) for none). bar: grid_barrier's count, a multiple of gridDim
     before the launch (each launch adds 2 nsteps gridDim, and gridDim more when it gathers into Xt). Xt: room for
     two batches' tiles of X for the TMA, or no rows."""
@@ -990,7 +1046,7 @@ def fused_steps_kernel(data, w, acts, steps, bar, Xt):
     origin = tile_origin(cuda.blockIdx.x, W1.shape[1])   # (k0, j0) of the block's first tile, computed once
     spare = (cuda.gridDim.x >= ntiles + (W1.shape[1] + UJ - 1) // UJ    # blocks with no tile: the small layer,
              and cuda.blockDim.x >= UJ * (W2.shape[1] + 1) + W2.shape[1])  # a thread per parameter
-    gathers = Xt.shape[0] > 0 and kept and cuda.gridDim.x > B         # blocks without a row gather the tiles
+    gathers = Xt.shape[0] > 0 and kept and cuda.gridDim.x > B and B <= CHUNK   # blocks without a row gather
     copies = gathers and cuda.blockIdx.x < ntiles
     if gathers:                                  # the first batch's tiles, by every block
         gather_tiles(X, perm, step0 * B, B, Xt, 0, cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x,
@@ -1004,9 +1060,9 @@ def fused_steps_kernel(data, w, acts, steps, bar, Xt):
         fresh_w = not kept or i == 0             # stage the tile of W1: every step, or once when it is kept
         phase_a(data, w, acts, steps, sh, origin, fresh_w, copies, i)
         if i > 0 and spare:
-            update_small(lr, w, acts, ntiles, sX, T, i)   # the step before's, staged in sX (tile blocks: nothing)
+            update_small(lr, w, m, acts, ntiles, sX, T, i)   # the step before's, staged in sX (tile blocks: nothing)
         elif i > 0:
-            update_units(lr, w, acts, sP)     # the step before's hidden units
+            update_units(lr, w, m, acts, sP)  # the step before's hidden units
         stamp(T, i, AT_BARRIER_1)
         grid_barrier(grid, bar)                  # Z is complete, W2, b1 and b2 are updated
         stamp(T, i, AFTER_BARRIER_1)
@@ -1016,12 +1072,12 @@ def fused_steps_kernel(data, w, acts, steps, bar, Xt):
         grid_barrier(grid, bar)                  # H, dZ2 and dH are complete, Z is zero again
         stamp(T, i, AFTER_BARRIER_2)
         copy_next = copies and i + 1 < nsteps    # the last step has no next batch to copy
-        phase_c(data, w, acts, steps, sh, origin, kept, Xt, copy_next, i)
+        phase_c(data, w, m, acts, steps, sh, origin, kept, Xt, copy_next, i)
         stamp(T, i, AT_STEP_END)
     if spare:
-        update_small(lr, w, acts, ntiles, sX, T, nsteps)
+        update_small(lr, w, m, acts, ntiles, sX, T, nsteps)
     else:
-        update_units(lr, w, acts, sP)     # the last step's hidden units
+        update_units(lr, w, m, acts, sP)  # the last step's hidden units
 
 
 # %% notebooks/12_kernel.ipynb cell c048
@@ -1049,6 +1105,8 @@ class YoursTyped(dict):
 # %% notebooks/12_kernel.ipynb cell c048-2
 class FusedTrainer:
     """SGD on the MLP with the fused kernels. params: a FlatParams (W1, b1, W2, b2) from course.train.init_params.
+    `momentum` (0: plain SGD) and `nesterov`: torch.optim.SGD's (descend); the velocities live on the device, zero
+    at the start, and carry over from epoch to epoch. Any batch size: X is staged CHUNK rows at a time.
 
     `mode`: "phases" (three plain launches per step), "step" (one cooperative launch per step) or "epoch" (one
     cooperative launch per epoch). `threads` per block (a multiple of 64, at most 512) and `blocks` (None: as many
@@ -1056,15 +1114,19 @@ class FusedTrainer:
     epoch kernel's X by the TMA's bulk copies where has_tma()), False (the threads stage X) or True (the TMA, or a
     ValueError): the copies run only with a block per tile and blocks without a batch row (x_tiles)."""
 
-    def __init__(self, params, batch_size, lr, mode="epoch", threads=None, blocks=None, *, tma=None):
+    def __init__(self, params, batch_size, lr, mode="epoch", threads=None, blocks=None, *, tma=None, momentum=0.0,
+                 nesterov=False):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         W1, b1, W2, b2 = (params[k] for k in ("W1", "b1", "W2", "b2"))
         K, hidden = W1.shape
         C = W2.shape[1]
-        if not (1 <= C < NC_PAD and 1 <= batch_size <= MAX_BATCH):
-            raise ValueError(f"the fused kernels need at most {NC_PAD - 1} outputs and batch_size <= {MAX_BATCH}; "
+        if not (1 <= C < NC_PAD and 1 <= batch_size):
+            raise ValueError(f"the fused kernels need at most {NC_PAD - 1} outputs and a batch_size of at least 1; "
                              f"got {C} outputs, batch_size {batch_size}")
+        if not 0.0 <= momentum < 1.0 or (nesterov and not momentum):
+            raise ValueError(f"momentum must lie in [0, 1), and be above 0 for nesterov=True; got momentum {momentum}, "
+                             f"nesterov {nesterov}")
         threads = threads or course.pick(gpu=THREADS, sim=64)
         if threads % 64 or not 64 <= threads <= 512:       # lane_sums: 16 classes x a multiple of 4 lanes
             raise ValueError(f"threads must be a multiple of 64 in [64, 512], got {threads}")
@@ -1078,6 +1140,9 @@ class FusedTrainer:
         self.params, self.lr, self.mode, self.threads = params, np.float32(lr), mode, threads
         self.W = Weights(W1, b1, W2, b2)
         f32 = np.float32
+        room = (lambda a: np.zeros(a.shape, f32)) if momentum else (lambda a: np.zeros((0,) * a.ndim, f32))
+        self.V = Weights(*(cuda.to_device(room(a)) for a in self.W))   # the velocities (no cells for plain SGD)
+        self.m = Momentum(f32(momentum), bool(nesterov), *self.V)
         self.Z = cuda.to_device(np.zeros((batch_size, hidden), f32))    # (B, hidden): zero between steps
         self.H = cuda.device_array((batch_size, hidden), f32)            # (B, hidden)
         self.dZ2 = cuda.device_array((batch_size, C), f32)               # (B, C)
@@ -1120,8 +1185,8 @@ class FusedTrainer:
                 self.typed[kernel][grid, self.threads, stream](*args)
 
     def state(self, X_d, y_d, perm_d):
-        """The namedtuples every kernel takes first: a Batch, the Weights, the Acts."""
-        return Batch(X_d, y_d, perm_d), self.W, self.acts
+        """The namedtuples every kernel takes first: a Batch, the Weights, the Momentum, the Acts."""
+        return Batch(X_d, y_d, perm_d), self.W, self.m, self.acts
 
     def _args(self, X_d, y_d, perm_d, step0, nsteps, losses, T, Xt=None):
         """fused_steps_kernel's arguments for steps step0 .. step0 + nsteps - 1 of the epoch's order perm_d."""
@@ -1129,13 +1194,14 @@ class FusedTrainer:
                 self.no_tiles if Xt is None else Xt)
 
     def x_tiles(self, X_d, perm_d, grid, nsteps):
-        """fused_steps_kernel's Xt: room for two batches' tiles of X (2 x cdiv(K, TK) x MAX_BATCH rows of TK floats,
+        """fused_steps_kernel's Xt: room for two batches' tiles of X (2 x cdiv(K, TK) x CHUNK rows of TK floats,
         400 KB for MNIST), which the kernel gathers for the TMA, when self.copies (tma), the launch runs more
-        than one step and the grid has a block per tile and blocks without a batch row; else no rows (the threads
-        stage X)."""
-        if not (self.copies and nsteps > 1 and grid >= self.ntiles and grid > self.batch_size):
+        than one step, the grid has a block per tile and blocks without a batch row, and a batch fits one CHUNK;
+        else no rows (the threads stage X)."""
+        if not (self.copies and nsteps > 1 and grid >= self.ntiles and grid > self.batch_size
+                and self.batch_size <= CHUNK):
             return self.no_tiles
-        shape = (2 * cdiv(X_d.shape[1], TK) * MAX_BATCH, TK)
+        shape = (2 * cdiv(X_d.shape[1], TK) * CHUNK, TK)
         if self.Xt is None or self.Xt.shape != shape:
             self.Xt = cuda.device_array(shape, np.float32)
         return self.Xt
@@ -1190,8 +1256,9 @@ class FusedTrainer:
 
 # %% notebooks/12_kernel.ipynb cell c049
 def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_size=64, lr=0.1, seed=0,
-              mode="epoch", threads=None, blocks=None, progress=True):
-    """course.train.fit's SGD recipe (same init, same permutations) through the fused kernels.
+              mode="epoch", threads=None, blocks=None, progress=True, momentum=0.0, nesterov=False):
+    """course.train.fit's SGD recipe (same init, same permutations) through the fused kernels, with momentum
+    (FusedTrainer) when `momentum` > 0.
 
     The epochs' bookkeeping is notebook 06's course.train.run_epochs, as in fit and course.graphs.fit_graph.
     Returns a history dict like fit's: loss of EVERY step (one copy per epoch), per-epoch metrics, params."""
@@ -1203,7 +1270,8 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
     X_d, y_d = cuda.to_device(X_train), cuda.to_device(y_train)
     Xt_d, yt_d = cuda.to_device(X_test), cuda.to_device(y_test)
     params = init_params(hidden, seed, n_in=X_train.shape[1])
-    trainer = FusedTrainer(params, batch_size, lr, mode=mode, threads=threads, blocks=blocks)
+    trainer = FusedTrainer(params, batch_size, lr, mode=mode, threads=threads, blocks=blocks, momentum=momentum,
+                           nesterov=nesterov)
     losses = cuda.device_array(n // batch_size, np.float32)
     perm_h = cuda.pinned_array(n, np.int64)      # the epoch's order: host memory the GPU copies from by itself
     perm_d = cuda.device_array(n, np.int64)      # one buffer for every epoch (cuda.to_device would allocate one)

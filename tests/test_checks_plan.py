@@ -9,7 +9,7 @@ from conftest import mutant
 import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 from course.checks import CheckFailure
 from course.checks import plan as checks
-from course.fused import CH, MAX_BATCH, REGS, SMEM_STATIC, THREADS, TJ, TK, X_CELLS, block_smem, tile_inputs
+from course.fused import CH, CHUNK, REGS, SMEM_STATIC, THREADS, TJ, TK, X_CELLS, block_smem, tile_inputs
 
 RESULTS = Path(__file__).resolve().parent.parent / "notebooks" / "results"
 
@@ -61,11 +61,11 @@ def test_the_cases_stand_on_the_course_and_bind_each_limit():
     from course.tools import nbtools
     info, = [c for c in nbtools.read(nbtools.NOTEBOOKS / "11_fused.ipynb")["cells"] if c.get("id") == "g001"]
     assert f"NVIDIA H200 (compute capability 9.0, {checks.H200_SMS} SMs" in "".join(info["outputs"][0]["text"])
-    assert checks.tile_inputs_ref(checks.H200_SMS, 784, 128, MAX_BATCH) == TK
-    assert checks.tile_inputs_ref(checks.T4_SMS, 784, 128, MAX_BATCH) is None
-    assert block_smem(TK, MAX_BATCH) == t4["sm75_resources"]["shared"]         # ptxas's bytes, alignment included
-    assert block_smem(TK, MAX_BATCH) >= 4 * X_CELLS
-    assert blocks_per_sm_ref(THREADS, REGS, block_smem(TK, MAX_BATCH)) == limits_ref(THREADS, REGS, 0)["registers"] == 1
+    assert checks.tile_inputs_ref(checks.H200_SMS, 784, 128, CHUNK) == TK
+    assert checks.tile_inputs_ref(checks.T4_SMS, 784, 128, CHUNK) is None
+    assert block_smem(TK, CHUNK) == t4["sm75_resources"]["shared"]         # ptxas's bytes, alignment included
+    assert block_smem(TK, CHUNK) >= 4 * X_CELLS
+    assert blocks_per_sm_ref(THREADS, REGS, block_smem(TK, CHUNK)) == limits_ref(THREADS, REGS, 0)["registers"] == 1
     cases = checks._cases(np.random.default_rng(0))
     kinds = {checks._kind(*c[:4]) for c in cases}
     assert kinds == set(checks.KINDS), kinds

@@ -133,9 +133,12 @@ def test_arguments_are_checked(data):
     for threads in (48, 96, 1024):
         with pytest.raises(ValueError, match="threads"):
             FusedTrainer(params, BATCH, LR, threads=threads)
-    with pytest.raises(ValueError, match="batch_size <= 64"):
-        FusedTrainer(params, 65, LR)
-    FusedTrainer(params, 64, LR)
+    with pytest.raises(ValueError, match="batch_size of at least 1"):
+        FusedTrainer(params, 0, LR)
+    FusedTrainer(params, 1000, LR)                                          # any batch: X is staged in chunks
+    for momentum, nesterov in ((1.0, False), (-0.1, False), (0.0, True)):
+        with pytest.raises(ValueError, match="momentum"):
+            FusedTrainer(params, BATCH, LR, momentum=momentum, nesterov=nesterov)
     FusedTrainer(init_params(2000, SEED, n_in=49), BATCH, LR)               # any hidden: W2 stays in global memory
     with pytest.raises(ValueError, match="at most 15 outputs"):
         FusedTrainer(dict(W1=params["W1"], b1=params["b1"], W2=cuda.device_array((HIDDEN, 16), np.float32),
@@ -218,3 +221,64 @@ def test_tma_is_a_keyword_that_refuses_what_it_cannot_do():
         FusedTrainer(params, BATCH, LR, "epoch", None, None, True)               # keyword only
     assert not FusedTrainer(params, BATCH, LR, tma=False).copies
     assert FusedTrainer(params, BATCH, LR).copies == has_tma()
+
+
+OPTIMIZERS = {"sgd": (0.0, False), "heavy-ball": (0.9, False), "nesterov": (0.9, True)}
+
+
+def _twin_epochs(trainer, X, y, perm, start, batch, optimizer, epochs, atol):
+    """`epochs` epochs of `trainer` against sgd_epoch_ref with the same optimizer, the velocities carried over."""
+    from numba import cuda
+    momentum, nesterov = OPTIMIZERS[optimizer]
+    X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
+    velocity = {k: np.zeros(a.shape) for k, a in start.items()}
+    steps = len(perm) // batch
+    for epoch in range(epochs):
+        losses = trainer.epoch(X_d, y_d, perm_d, cuda.device_array(steps, np.float32)).copy_to_host()
+        want_losses, start = sgd_epoch_ref(X, y, perm, start, batch, LR, momentum, nesterov, velocity)
+        np.testing.assert_allclose(losses, want_losses, atol=atol, rtol=0, err_msg=f"epoch {epoch} losses")
+        got = trainer.params.to_host()
+        for name in start:
+            np.testing.assert_allclose(got[name], start[name], atol=atol, rtol=0, err_msg=f"epoch {epoch} {name}")
+    if momentum:                                 # the velocities the kernel kept are the twin's
+        for name, v in zip(("W1", "b1", "W2", "b2"), trainer.V):
+            np.testing.assert_allclose(v.copy_to_host(), velocity[name], atol=atol / LR, rtol=0, err_msg=name)
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+@pytest.mark.parametrize("mode,batch,blocks", [("epoch", 67, 1), ("phases", 130, 3), ("step", 9, 1)],
+                         ids=["epoch kernel, 2 chunks", "3 launches, 3 chunks on 3 blocks", "step kernel, 1 chunk"])
+def test_momentum_and_batches_past_a_chunk_match_the_numpy_twin(optimizer, mode, batch, blocks):
+    """Heavy-ball and Nesterov momentum, and batches of more rows than shared memory holds (CHUNK = 64: staged in
+    chunks, the last one partial), against the twin over two epochs (the velocities carry over), in every mode; in
+    the simulator 64 threads, so that phase C's sums take several passes, each over every chunk."""
+    from course.data import load_mnist
+    from course.train import pool
+    X, y, _, _ = load_mnist(None)
+    X, y = pool(X[:2 * batch + 3], 4), y[:2 * batch + 3]       # 49 inputs: one tile down
+    hidden = 12                                  # two tiles across, the second past the end
+    perm = np.random.default_rng(6).permutation(len(X))[:batch * 2]
+    params = init_params(hidden, SEED, n_in=X.shape[1])
+    start = params.to_host()
+    momentum, nesterov = OPTIMIZERS[optimizer]
+    t = FusedTrainer(params, batch, LR, mode=mode, threads=64, blocks=blocks, momentum=momentum, nesterov=nesterov)
+    _twin_epochs(t, X, y, perm, start, batch, optimizer, 2, 2e-5)
+
+
+@pytest.mark.skipif(course.SIMULATOR, reason="784 inputs and a full grid: a GPU's")
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+@pytest.mark.parametrize("batch,blocks,tma", [(7, None, None), (64, None, None), (64, None, False), (67, None, None),
+                                             (128, None, None), (255, 40, None), (1000, None, None),
+                                             (1024, None, False), (513, 5, None)])
+def test_the_epoch_kernel_at_real_sizes_matches_the_numpy_twin(optimizer, batch, blocks, tma):
+    """784-128-10 with 512 threads, batches of 7 to 1,024 (odd ones too), each optimizer: the grid the trainer
+    picks (a block per tile and spare blocks; the TMA where the GPU has one and a batch fits a chunk), 40 blocks
+    (fewer than the tiles: restaged each step, T4-like) and 5; two epochs of 3 steps."""
+    X, y, _, _ = load_mnist(None)
+    X, y = X[:batch * 3 + 5], y[:batch * 3 + 5]
+    perm = np.random.default_rng(7).permutation(len(X))[:batch * 3]
+    params = init_params(128, SEED)
+    start = params.to_host()
+    momentum, nesterov = OPTIMIZERS[optimizer]
+    t = FusedTrainer(params, batch, LR, mode="epoch", blocks=blocks, tma=tma, momentum=momentum, nesterov=nesterov)
+    _twin_epochs(t, X, y, perm, start, batch, optimizer, 2, 5e-5)

@@ -2,7 +2,7 @@
 import numpy as np
 
 from course.checks.core import call, exercise, fail, plain
-from course.fused import CH, MAX_BATCH, SMEM_STATIC, TJ, block_smem
+from course.fused import CH, CHUNK, SMEM_STATIC, TJ, block_smem
 
 H200_SMS = 132   # notebook 11's GPU (course.info() in its saved run): the kernel's TK
 T4_SMS = 40      # fused-t4grid-h200.json: the grid a T4 co-schedules, where the tiles are not kept
@@ -85,12 +85,12 @@ def _random_case(rng, kind):
 
 def _cases(rng):
     """(sms, inputs, hidden, batch, what): the course's GPUs, other GPUs, each limit binding in turn, random."""
-    cases = [(H200_SMS, 784, 128, MAX_BATCH, "notebook 11's H200: the kernel's TK"),
-             (T4_SMS, 784, 128, MAX_BATCH, "a T4's grid (fused-t4grid-h200.json): the tiles not kept")]
+    cases = [(H200_SMS, 784, 128, CHUNK, "notebook 11's H200: the kernel's TK"),
+             (T4_SMS, 784, 128, CHUNK, "a T4's grid (fused-t4grid-h200.json): the tiles not kept")]
     for sms, gpu in SM_COUNTS:
-        cases += [(sms, 784, 128, MAX_BATCH, f"{gpu}'s {sms} SMs"), (sms, 784, 128, 32, f"{gpu}'s {sms} SMs, batch 32")]
-    cases += [(132, 784, 64, MAX_BATCH, "hidden 64: 8 tiles across"),
-              (132, 784, 100, MAX_BATCH, "hidden 100: the last column of tiles narrower"),
+        cases += [(sms, 784, 128, CHUNK, f"{gpu}'s {sms} SMs"), (sms, 784, 128, 32, f"{gpu}'s {sms} SMs, batch 32")]
+    cases += [(132, 784, 64, CHUNK, "hidden 64: 8 tiles across"),
+              (132, 784, 100, CHUNK, "hidden 100: the last column of tiles narrower"),
               (12, 784, 100, 16, "hidden 100 on 12 SMs: 13 tiles across, more than the blocks"),
               (3, 1620, 8, 6, "block_smem exactly SMEM_STATIC (540 inputs, batch 6)"),
               (3, 1621, 8, 6, "one chunk over SMEM_STATIC (544 inputs, batch 6)"),
