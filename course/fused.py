@@ -476,17 +476,16 @@ def phase_a(data, w, acts, steps, sh, origin, fresh_w, copies, i):
     while tile < ntiles:
         if fresh_w:
             stage_w(W1, k0, j0, sW)
-        if copies:
-            wait_x(sh.mbar, i % 2)
-        else:
-            stage_x(X, perm, base, min(B, CHUNK), k0, sX)
-        cuda.syncthreads()
-        stamp(T, i, AT_X_STAGED)
-        forward_tile(sX, sW, min(B, CHUNK), j0, Z, 0, sh.sP[P_CELLS - 512:])
-        for r0 in range(CHUNK, B, CHUNK):        # a batch of more than CHUNK rows: its next chunks
-            cuda.syncthreads()                   # sX is read
-            stage_x(X, perm, base + r0, min(B - r0, CHUNK), k0, sX)
+        for r0 in range(0, B, CHUNK):            # the batch's chunks: one, unless B > CHUNK
+            if r0 > 0:
+                cuda.syncthreads()               # sX is read
+            if copies:
+                wait_x(sh.mbar, i % 2)
+            else:
+                stage_x(X, perm, base + r0, min(B - r0, CHUNK), k0, sX)
             cuda.syncthreads()
+            if r0 == 0:
+                stamp(T, i, AT_X_STAGED)
             forward_tile(sX, sW, min(B - r0, CHUNK), j0, Z, r0, sh.sP[P_CELLS - 512:])
         tile += cuda.gridDim.x
         if tile < ntiles:                        # (a division: only when there is a next tile)
@@ -919,25 +918,25 @@ def phase_c(data, w, m, acts, steps, sh, origin, kept, Xt, copies, i):
     acc = cuda.local.array(16, float32)          # block_grads' 4 x 4 block
     tile = cuda.blockIdx.x
     k0, j0 = origin
+    chunks = B > CHUNK                           # phase A left the batch's last chunk of X in sX
     while tile < ntiles:
-        stage_dh(dH, 0, j0, d, sdH)
-        if not kept or B > CHUNK:                # phase A left the batch's last chunk of X in sX
-            stage_x(X, perm, base, min(B, CHUNK), k0, sX)
         if not kept:
             stage_w(W1, k0, j0, sW)
-        cuda.syncthreads()
-        stamp(T, i, AT_DH_STAGED)
         u0 = 0
         while u0 < C_WORK:                       # a pass for every thread (the simulator's shuffles need them all)
             u = uint64(u0 + t)
             for q in range(16):
                 acc[q] = float32(0.0)
             for r0 in range(0, B, CHUNK):        # the batch's chunks: one, unless B > CHUNK
-                if r0 > 0 or (u0 > 0 and B > CHUNK):     # a chunk not in shared memory
-                    cuda.syncthreads()           # sX and sdH are read
+                if u0 == 0 or chunks:            # the chunk's dH (and X) into shared memory
+                    if u0 > 0 or r0 > 0:
+                        cuda.syncthreads()       # sX and sdH are read
                     stage_dh(dH, r0, j0, d, sdH)
-                    stage_x(X, perm, base + r0, min(B - r0, CHUNK), k0, sX)
+                    if chunks or not kept:
+                        stage_x(X, perm, base + r0, min(B - r0, CHUNK), k0, sX)
                     cuda.syncthreads()
+                    if u0 == 0 and r0 == 0:
+                        stamp(T, i, AT_DH_STAGED)
                 if u < C_WORK or EVERY_THREAD_SHUFFLES:
                     block_grads(sX, sdH, u, acc)
             if u0 + nt >= C_WORK:                # the last pass: every thread has read sX

@@ -54,15 +54,17 @@ def test_onecycle_rises_then_falls_to_zero():
     assert 0 < rates[-1] < 0.32 / 4 and race.epochs_of("onecycle-2") == 2
 
 
-def test_both_sides_get_the_same_schedules_and_pytorch_the_wider_sweep():
+def test_both_sides_get_the_same_sweep():
     grid = race.sweep_grid()
     by = {impl: [r for r in grid if r.impl == impl] for impl in ("course_fused", "pytorch_graph")}
     assert {r.schedule for r in by["course_fused"]} <= set(race.SCHEDULES)
     assert {"const", "linear-3", "onecycle-3"} <= {r.schedule for r in by["pytorch_graph"]}
     assert {r.batch_size for r in by["pytorch_graph"]} == {32 * 2 ** k for k in range(8)}      # 32 .. 4096
     assert {race.optimizer(r) for r in by["pytorch_graph"]} == {"sgd", "heavy-ball", "nesterov"}
-    assert {race.optimizer(r) for r in by["course_fused"]} == {"sgd"}                          # the fused kernel's
-    assert max(r.batch_size for r in by["course_fused"]) == race.BATCH_LIMITS["course_fused"][1] == 64
+    assert {race.optimizer(r) for r in by["course_fused"]} == {"sgd", "heavy-ball", "nesterov"}  # the fused kernel's
+    assert {r.batch_size for r in by["course_fused"]} == {32 * 2 ** k for k in range(8)}
+    assert set(by["course_fused"]) == {r._replace(impl="course_fused") for r in by["pytorch_graph"]}
+    assert race.BATCH_LIMITS["course_fused"] == race.BATCH_LIMITS["pytorch_graph"]
 
 
 def _row(impl, b, lr, t, schedule="const", momentum=0.0, nesterov=False):
@@ -84,13 +86,14 @@ def test_a_best_at_the_edge_of_the_rates_says_edge_and_widens():
     assert v["rate"] == "interior" and "lr 0.8" in v["rate_neighbours"][1]
 
 
-def test_a_best_at_the_largest_batch_tried_widens_the_batch_or_is_the_largest_supported():
+def test_a_best_at_the_largest_batch_tried_widens_the_batch_or_is_the_largest_supported(monkeypatch):
     rows = [_row("pytorch_graph", b, 0.4, 1.0 / b) for b in (1024, 2048, 4096)]
     rows += [_row("pytorch_graph", 4096, lr, 1.0) for lr in (0.2, 0.8)]
     best = race.fastest(rows, "pytorch_graph")
     v = race.verdict(rows, best)
     assert best["batch_size"] == 4096 and v["batch"] == "edge" and v["rate"] == "interior"
     assert {r.batch_size for r in race.widen(rows, best)} == {4096, 8192}                      # twice the batch
+    monkeypatch.setitem(race.BATCH_LIMITS, "course_fused", (8, 64))                        # a side that stops at 64
     course = [_row("course_fused", b, 0.4, 1.0 / b) for b in (16, 32, 64)]
     v = race.verdict(course, race.fastest(course, "course_fused"))
     assert v["batch"] == "largest supported" and "batch 32" in v["batch_neighbours"][0]
@@ -122,7 +125,7 @@ def test_the_search_widens_until_both_optima_are_interior(monkeypatch):
     assert abs(math.log2(ours["lr"] / 0.3)) <= 0.5 and min(abs(math.log2(theirs["lr"] / x)) for x in (0.3, 0.03)) <= 0.5
     assert summary["pytorch_graph"]["rate"] == summary["pytorch_graph"]["batch"] == "interior"
     assert summary["course_fused"]["rate"] == "interior"
-    assert summary["course_fused"]["batch"] == "largest supported"
+    assert summary["course_fused"]["batch"] == "interior"
     assert all(s["rounds"] > 0 for s in summary.values())
     assert {r["stage"] for r in rows} == {"sweep", "final", "neighbour"}
     assert any(r.get("stopped") for r in rows)                      # slow recipes cut short

@@ -1,7 +1,7 @@
 """How an epoch's cost grows with the batch: `python -m course.tools.scaling [--quick] [--out FILE]`.
 
 One epoch of the 784-128-10 MLP (SGD, lr 0.1) at each batch size through course_plain, course_plain_graph,
-course_fused (batch <= 64, its limit), pytorch_eager and pytorch_graph (notebook 08's benchmark rows, course.tools.bench),
+course_fused (its X staged 64 rows at a time), pytorch_eager and pytorch_graph (notebook 08's benchmark rows, course.tools.bench),
 the median of the epochs after a warm-up one; and the compute floor: an epoch's floating-point work at batch 64
 (course.perf.epoch_cost, notebook 08 section 3: the forward pass, dW1, dW2 and dH, the update) at the TFLOP/s cuBLAS
 reaches on a large matmul (bench-h200.json's "matmul"), which no batch size can beat.
@@ -42,8 +42,6 @@ def measure(data, cfg, init, batch, impls):
             "pytorch_graph": lambda: bench.bench_torch_graph(data, c, init)}
     out = {}
     for impl in impls:
-        if impl == "course_fused" and batch > 64:
-            continue
         try:
             out[impl] = runs[impl]().get("epoch_s")
         except Exception as e:  # one failing row must not hide the others
