@@ -72,3 +72,16 @@ def test_blocks_per_sm_failure_names_the_binding_limit_and_what_each_allows(old,
 def test_blocks_per_sm_check_rejects_issue48(old, new):
     with pytest.raises(CheckFailure, match="Exercise 11.4"):
         checks.check_blocks_per_sm(mutant(blocks_per_sm, old, new))
+
+
+def test_the_check_tries_the_fused_kernels_own_block():
+    """Exercise 11.4 sits where the fused kernel needs it: an answer wrong only for that kernel's block (its THREADS,
+    REGS and block_smem(TK, MAX_BATCH), as ptxas gave them) fails, naming the kernel."""
+    from course.fused import MAX_BATCH, REGS, THREADS, TK, block_smem
+
+    def wrong_for_the_fused_block(threads, regs, smem):
+        """Right but for the fused kernel's block, where it says two blocks fit."""
+        fused = (threads, regs, smem) == (THREADS, REGS, block_smem(TK, MAX_BATCH))
+        return 2 if fused else blocks_per_sm(threads, regs, smem)
+    with pytest.raises(CheckFailure, match=r"Exercise 11\.4.*course\.fused's kernel"):
+        checks.check_blocks_per_sm(wrong_for_the_fused_block)
