@@ -291,6 +291,25 @@ def tile_inputs(sms, inputs, hidden, batch):
     return tk if block_smem(tk, batch) <= SMEM_STATIC else None   # a taller tile needs more, never less
 
 
+# %% notebooks/11_fused.ipynb cell f_occs
+SM_WARPS = 64                 # an H200 SM (compute capability 9.0): resident warps at most
+SM_BLOCKS = 32                # resident blocks at most
+SM_REGISTERS = 65536          # 32-bit registers
+REG_UNIT = 256                # a warp's registers are given in units of 256
+SM_SMEM = 233472              # bytes of shared memory for blocks (228 KB)
+BLOCK_SMEM_RESERVED = 1024    # bytes the system keeps per resident block
+
+
+# Exercise 11.4: how many blocks an SM holds
+def blocks_per_sm(threads, regs, smem):
+    """Blocks of `threads` threads, `regs` registers a thread and `smem` bytes of shared memory that fit one SM."""
+    warps = (threads + 31) // 32
+    warp_regs = (regs * 32 + REG_UNIT - 1) // REG_UNIT * REG_UNIT
+    by_regs = SM_REGISTERS // warp_regs // warps
+    by_smem = SM_SMEM // (smem + BLOCK_SMEM_RESERVED)
+    return min(SM_BLOCKS, SM_WARPS // warps, by_regs, by_smem)
+
+
 # %% notebooks/12_kernel.ipynb cell f_e4s
 # Exercise 12.1: one step of a reduce-scatter
 @cuda.jit(device=True)

@@ -195,17 +195,17 @@ def test_a_bug_in_the_check_itself_is_not_blamed_on_the_student(monkeypatch):
 
 # --- hints in two levels, tracebacks that end at the message --------------------------------------------
 
-CODE_HINT_EXERCISES = ("1.3", "2.1", "5.1", "7.1", "9.1", "10.1")
+CODE_HINT_EXERCISES = ("1.3", "2.1", "5.1", "7.1", "10.1", "15.1")
 
 
 EXERCISES = ("1.1", "1.2", "1.3", "2.1", "2.2", "2.3", "3.1", "3.2", "3.3", "4.1", "4.2", "4.3", "5.1", "5.2", "5.3",
-             "6.1", "6.2", "7.1", "7.2", "7.3", "8.1", "8.2", "9.1", "9.2", "10.1", "10.2", "11.1", "11.2", "11.3", "12.1", "12.2", "12.3", "13.1", "13.2", "13.3", "14.1", "14.2")
+             "6.1", "6.2", "7.1", "7.2", "7.3", "8.1", "8.2", "10.1", "10.2", "11.1", "11.2", "11.3", "11.4", "12.1", "12.2", "12.3", "13.1", "13.2", "13.3", "14.1", "14.2", "15.1")
 CODE = re.compile(r"\w\[[^\]]*\] *[-+*/]?= |^\s*(for|if|while|return)\b.*:|\w = \w|\w\(\w+\[")  # code, not prose
 SPELLED = re.compile(r"//| % |\b16, 8\b|16 down to")  # an answer in words: its divisions, its masks in order
 
 
 def test_every_check_has_a_hint_ladder_of_nudges_then_the_answer():
-    import course.checks.train, course.checks.time, course.checks.matmul, course.checks.fused, course.checks.race, course.checks.epoch, course.checks.plan, course.checks.barriers  # noqa: F401,E401
+    import course.checks.train, course.checks.time, course.checks.occupancy, course.checks.fused, course.checks.race, course.checks.epoch, course.checks.plan, course.checks.barriers  # noqa: F401,E401
     for number in EXERCISES:
         assert len(core.HINTS[number].splitlines()) >= 2, number   # the last level: the answer's code
         assert len(core.LADDERS[number]) == 2, number             # two nudges: every answer's code at level 3

@@ -12,7 +12,7 @@ from course.checks import core
 from course.checks import data as c01
 from course.checks import forward as c02
 from course.checks import loss as c03
-from course.checks import perf as c09
+from course.checks import perf as c15
 from course.forward import matmul_v2_kernel, tile_dot
 from course.matmul import matmul_v3_kernel
 from course.scale import scale_kernel
@@ -87,7 +87,7 @@ def test_the_tiled_matmuls_second_barrier_deleted_fails():
 def test_the_register_tiled_matmuls_second_barrier_deleted_fails():
     wrong = mutated(matmul_v3_kernel, ("cuda.syncthreads()                      # everyone is done",
                                        "pass  # everyone is done"))
-    rejects(c09.check_matmul_v3, wrong, "Exercise 9.1", SAYS)
+    rejects(c15.check_matmul_v3, wrong, "Exercise 15.1", SAYS)
 
 
 # --- what the simulator cannot run: warp shuffles; kernels made by a function (closures) --------------------

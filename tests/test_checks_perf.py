@@ -1,4 +1,4 @@
-"""Notebooks 09 and 10: their checks pass the solutions and reject planted wrong kernels."""
+"""Notebooks 10 and 15 (the appendix): their checks pass the solutions and reject planted wrong kernels."""
 import pytest
 from conftest import mutant
 from numba import cuda
@@ -17,7 +17,7 @@ def test_solutions_pass():
 
 # --- planted wrong answers: each a mutation of the solution (tests/conftest.py: mutant), one row per bug ----
 
-# --- Exercise 9.1: planted wrong inner products (the rest of the kernel as in the solution) -----------------
+# --- Exercise 15.1: planted wrong inner products (the rest of the kernel as in the solution) -----------------
 
 @pytest.mark.parametrize("old, new", [
     pytest.param("a[i] * b[j]", "a[i] * b[i]", id="b[i] for b[j]"),  # a plausible typo
@@ -29,7 +29,7 @@ def test_solutions_pass():
     pytest.param("if row < C.shape[0] and col < C.shape[1]:", "if True:", id="no epilogue guard"),
 ])
 def test_matmul_v3_check_rejects(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 9.1"):
+    with pytest.raises(CheckFailure, match="Exercise 15.1"):
         checks.check_matmul_v3(mutant(matmul_v3_kernel, old, new))
 
 

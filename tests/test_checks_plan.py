@@ -53,9 +53,9 @@ def test_tile_inputs_check_rejects(old, new, said):
 
 def test_the_cases_stand_on_the_course_and_bind_each_limit():
     """The H200's answer is the kernel's TK; the T4's grid (fused-t4grid-h200.json) keeps no tile, as that run says;
-    block_smem is what ptxas gave the kernel; 9.2's reference puts one such block on an SM; every kind occurs."""
+    block_smem is what ptxas gave the kernel; 11.4's reference puts one such block on an SM; every kind occurs."""
     import numpy as np
-    from course.checks.matmul import blocks_per_sm_ref, limits_ref
+    from course.checks.occupancy import blocks_per_sm_ref, limits_ref
     t4 = json.loads((RESULTS / "fused-t4grid-h200.json").read_text(encoding="utf-8"))
     assert checks.T4_SMS == t4["grid"] == t4["t4_limits"]["sms"] and t4["w1_tiles_kept"] is False
     from course.tools import nbtools

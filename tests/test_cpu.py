@@ -23,7 +23,7 @@ from simulated_student import simulate_student
 pytestmark = pytest.mark.skipif(not course.SIMULATOR, reason="the executor runs where there is no GPU")
 
 # float32 tolerances: a dot product of K terms summed in another order than NumPy's differs by ~sqrt(K) ulps of its
-# largest terms: errors are measured relative to the largest value of the result (as notebook 09 does)
+# largest terms: errors are measured relative to the largest value of the result (as notebook 15 does)
 REL = 1e-5
 SIZES = [(1, 1, 1), (3, 17, 5), (37, 50, 21), (64, 784, 33)]   # (rows, inner, columns): none a multiple of 16
 
@@ -447,7 +447,7 @@ def test_the_lines_about_a_run_say_whose_kernels_where_and_at_which_sizes(monkey
 
 @pytest.mark.parametrize("M, K, N", [(1, 1, 1), (3, 17, 5), (130, 9, 131)])
 def test_register_blocked_matmuls_local_arrays_across_barriers(executor, M, K, N):
-    """notebook 09's matmul v3-v5: local accumulators (cuda.local.array) alive across the tile loop's barriers."""
+    """notebook 15's matmul v3-v5: local accumulators (cuda.local.array) alive across the tile loop's barriers."""
     from course.matmul import matmul_v3, matmul_v4, matmul_v5
     r = rng(M)
     A, B = r.standard_normal((M, K)).astype(np.float32), r.standard_normal((K, N)).astype(np.float32)

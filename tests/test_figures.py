@@ -319,7 +319,7 @@ SPEEDUP_10 = Out("13", "c058", r"speed-up ([\d.]+)x")
 LAUNCH_3 = Out("08", "c007", r"3 arrays\s*:\s*([\d.]+) µs")        # a launch with three array arguments
 LAUNCH_0 = Out("08", "c007", r"no argument\s*:\s*([\d.]+) µs")
 PLAIN_EPOCH_06 = Out("06", "c029", r"SGD lr 0.1, 784-128-10\s+([\d.]+) s per epoch")
-LADDER_TF = lambda name: Out("09", "c028", r"4096² × 4096\s+" + re.escape(name) + r"\s+([\d.]+) TFLOP")  # noqa
+LADDER_TF = lambda name: Out("15", "c028", r"4096² × 4096\s+" + re.escape(name) + r"\s+([\d.]+) TFLOP")  # noqa
 STEP_WALL = Out("08", "c015", r"whole step\s+([\d.]+) µs")
 FP32_MS = Out("08", "c019", r"at FP32 peak: ([\d.]+) ms")
 FUSED_MS_10 = Out("13", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
@@ -466,29 +466,29 @@ FIGURES = [
     Fig("08", "c018", r"\((\d+) ms an\s+epoch\)", Qty("plain epoch, ms")),
     Fig("08", "c018", r"about (\d+) µs per launch", calc(lambda us: us / 15, Qty("plain step, µs"), why="the step / 15")),
     Fig("08", "c020", r"fixed cost, (937) times", calc(lambda: STEPS, why="60,000 // 64")),
-    Fig("09", "c020b", r"global memory is used (16) times", calc(lambda: 16, why="16×16 tiles")),
+    Fig("15", "c020b", r"global memory is used (16) times", calc(lambda: 16, why="16×16 tiles")),
     Fig("08", "c020", r"about ([\d.]+) ms of arithmetic", FP32_MS, tol=0.1),
     Fig("08", "c020", r"take about ([\d.]+) ms", calc(lambda hbm: MB_IMAGES / (hbm * 1e12) * 1e3, Spec("h200_hbm_tbs"),
                                                        why="188 MB of images at HBM bandwidth")),
     Fig("08", "c020", r"a launch of\s+~(\d+) µs from Python", Qty("launch with 3 arrays, µs")),
     Fig("08", "c020", r"the ([\d.]+) ms above adds", Out("08", "c019", r"at HBM bandwidth: ([\d.]+) ms")),
-    Fig("09", "c020b", r"v1 runs at ([\d.]+) TFLOP/s at 4096²", LADDER_TF("v1 naive")),
-    Fig("09", "c020b", r"used 16 times, at\s+([\d.]+) TFLOP/s", LADDER_TF("v2 tiled")),
-    Fig("09", "c020b", r"confirms: (\d+) registers per thread", Ptxas("course.matmul:matmul_v3_kernel")),
-    Fig("09", "c020b", r"registers per thread, (\d+) bytes spilled",
+    Fig("15", "c020b", r"v1 runs at ([\d.]+) TFLOP/s at 4096²", LADDER_TF("v1 naive")),
+    Fig("15", "c020b", r"used 16 times, at\s+([\d.]+) TFLOP/s", LADDER_TF("v2 tiled")),
+    Fig("15", "c020b", r"confirms: (\d+) registers per thread", Ptxas("course.matmul:matmul_v3_kernel")),
+    Fig("15", "c020b", r"registers per thread, (\d+) bytes spilled",
         Ptxas("course.matmul:matmul_v3_kernel", field="spill")),
-    Fig("09", "c030", r"each global load (128) times", calc(lambda: 128, why="128×128 tiles")),
-    Fig("09", "c030", r"product is (13) MFLOP", calc(lambda: 2 * 64 * 784 * 128 / 1e6, why="2·64·784·128")),
-    Fig("09", "c030", r"about\s+(67) TFLOP/s", Spec("h200_fp32_tflops")),
-    Fig("09", "c030", r"reach about (495) TFLOP/s in TF32", Spec("h200_tf32_dense_tflops"), tol=0.01),
+    Fig("15", "c030", r"each global load (128) times", calc(lambda: 128, why="128×128 tiles")),
+    Fig("15", "c030", r"product is (13) MFLOP", calc(lambda: 2 * 64 * 784 * 128 / 1e6, why="2·64·784·128")),
+    Fig("15", "c030", r"about\s+(67) TFLOP/s", Spec("h200_fp32_tflops")),
+    Fig("15", "c030", r"reach about (495) TFLOP/s in TF32", Spec("h200_tf32_dense_tflops"), tol=0.01),
     # --- notebook 08: the fused kernel's versions (results/fused-h200.json) and the CUDA graphs ---
-    Fig("09", "c030", r"19 and ([\d.]+) TFLOP/s for v1-v5", Json(BENCH, "matmul[impl=v5].tflops")),
+    Fig("15", "c030", r"19 and ([\d.]+) TFLOP/s for v1-v5", Json(BENCH, "matmul[impl=v5].tflops")),
     # the ladder's row at 4096² (no unit after the first four: the scan does not see them, these entries check them)
-    Fig("09", "c030", r"about ([\d.]+), [\d.]+, [\d.]+, [\d.]+ and [\d.]+ TFLOP/s for v1-v5", Json(BENCH, "matmul[impl=v1].tflops")),
-    Fig("09", "c030", r"about [\d.]+, ([\d.]+), [\d.]+, [\d.]+ and [\d.]+ TFLOP/s for v1-v5", Json(BENCH, "matmul[impl=v2].tflops")),
-    Fig("09", "c030", r"about [\d.]+, [\d.]+, ([\d.]+), [\d.]+ and [\d.]+ TFLOP/s for v1-v5", Json(BENCH, "matmul[impl=v3].tflops")),
-    Fig("09", "c030", r"about [\d.]+, [\d.]+, [\d.]+, ([\d.]+) and [\d.]+ TFLOP/s for v1-v5", Json(BENCH, "matmul[impl=v4].tflops")),
-    Fig("09", "c030", r"about (\d+) for cuBLAS", LADDER_TF("cuBLAS"), tol=0.02),
+    Fig("15", "c030", r"about ([\d.]+), [\d.]+, [\d.]+, [\d.]+ and [\d.]+ TFLOP/s for v1-v5", Json(BENCH, "matmul[impl=v1].tflops")),
+    Fig("15", "c030", r"about [\d.]+, ([\d.]+), [\d.]+, [\d.]+ and [\d.]+ TFLOP/s for v1-v5", Json(BENCH, "matmul[impl=v2].tflops")),
+    Fig("15", "c030", r"about [\d.]+, [\d.]+, ([\d.]+), [\d.]+ and [\d.]+ TFLOP/s for v1-v5", Json(BENCH, "matmul[impl=v3].tflops")),
+    Fig("15", "c030", r"about [\d.]+, [\d.]+, [\d.]+, ([\d.]+) and [\d.]+ TFLOP/s for v1-v5", Json(BENCH, "matmul[impl=v4].tflops")),
+    Fig("15", "c030", r"about (\d+) for cuBLAS", LADDER_TF("cuBLAS"), tol=0.02),
     Fig("08", "cg10", r"runs about \*\*(\d+) times faster", calc(lambda p, g: p / g,
         Json(BENCH, "rows[impl=course_plain].epoch_s"), Json(BENCH, "rows[impl=course_plain_graph].epoch_s")), tol=0.05),
     Fig("08", "cg10", r"made the plain loop (\d+) times faster", calc(lambda p, g: p / g, GRAPH_PLAIN_MS_08, GRAPH_REPLAY_MS_08)),
@@ -550,7 +550,7 @@ FIGURES = [
     Fig(README, "", r"ms to (\d+) ms per epoch when its launches", Qty("plain graph epoch, ms")),
     # --- 08-12 after the splits ---
     Fig("08", "c010", r"peaks at about (\d+) GB/s", Out("08", "c011", r"16384 KiB\s+host → device:\s+[\d.]+ µs \(\s*([\d.]+) GB/s")),
-    Fig("09", "cm1", r"load from DRAM takes about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
+    Fig("15", "cm1", r"load from DRAM takes about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
     Fig("10", "p_t2", r"take about (\d+) % off the step", calc(lambda p, m: 100 * (1 - m / p), PLAIN_US_10, MERGED_US_10),
         tol=0.05),
     Fig("10", "p_t2", r"benchmark, (\d+) ms an epoch", Qty("plain epoch, ms")),

@@ -117,7 +117,7 @@ def test_the_tma_brings_every_tile_of_x(batch, hidden, blocks):
         assert (t.Xt is not None) == (copies and has_tma())       # tma=False: the threads stage X
         if copies:
             if t.Xt is not None:                 # steps 4 and 3, in slots 0 and 1; the last tile: 84 inputs, zeros
-                Xt = t.Xt.copy_to_host().reshape(2, 8, 64, TK)[:, :, :batch]    # MAX_BATCH rows a tile
+                Xt = t.Xt.copy_to_host().reshape(2, 8, 64, TK)[:, :, :batch]    # CHUNK rows a tile
                 for slot, step in ((0, 4), (1, 3)):
                     rows = perm[step * batch:(step + 1) * batch]
                     np.testing.assert_array_equal(Xt[slot, :7].transpose(1, 0, 2).reshape(batch, 700), X[rows, :700])

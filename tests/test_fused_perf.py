@@ -1,4 +1,4 @@
-"""Notebooks 09 and 10: the course.matmul and course.merged launchers (the register-blocked matmuls, the fused loss and gradient kernels, the
+"""Notebooks 15 (the appendix) and 10: the course.matmul and course.merged launchers (the register-blocked matmuls, the fused loss and gradient kernels, the
 merged step) against NumPy, in the simulator (moved here from tests/test_fused.py, which checks course.fused).
 
 float32 tolerances: sums of <= 40 products of N(0, 1) values in another order than NumPy: 1e-4 relative."""

@@ -5,14 +5,16 @@ What a first reading meets is bounded too: the code left visible, outside the ce
 JupyterLab shows collapsed (course.tools.nbtools.collapse_reference), at most what 01-07 show.
 
 A first reading of each performance notebook (08-14) fits ~45 minutes by one fixed rule, the same for every notebook
-(first_reading): its student copy's prose, visible code, saved outputs and exercises, each at a stated rate.
-`python tests/test_notebook_sizes.py` prints the table for all fourteen.
+(first_reading): its student copy's prose, visible code, saved outputs and exercises, each at a stated rate; 08-14
+together fit 4 hours. An appendix (15 and on: optional, read after 14, needed by none of 01-14) counts in none of
+08-14's budgets and has its own, smaller one. `python tests/test_notebook_sizes.py` prints the table for all of them.
 
 A few cells of notebooks 01-07 were over the budget when it was set; they are pinned at their size (OVER), so they
 cannot grow, and the test fails once one fits (then it leaves the list)."""
 import ast
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -35,9 +37,14 @@ CODE_LPM = 20            # visible non-blank code lines a minute (kernels slower
 SAVED_LPM = 10           # lines of a saved output a minute (tables read for what they show)
 FIGURE_MIN = 1           # minutes a saved plot
 EXERCISE_MIN = 7         # minutes an exercise (the trials: 2-10)
-PERF_MINUTES = 48        # ~45 minutes for 08-14 (the fresh students' trials)
-PERFORMANCE = [n for n in NOTEBOOKS if n >= "08"]
+PERF_MINUTES = 48        # ~45 minutes for each of 08-14 (the fresh students' trials)
+APPENDIX = "15"          # notebooks numbered from here on are optional appendices, read after 14 (15: 09's matmul ladder)
+APPENDICES = [n for n in NOTEBOOKS if n >= APPENDIX]
+PERFORMANCE = [n for n in NOTEBOOKS if "08" <= n < APPENDIX]
 PERFORMANCE_HALF_WORDS = 9000  # words of markdown in 08-14 together: a reader's budget (issue 51, item 6)
+PERFORMANCE_HALF_MINUTES = 240  # a first reading of 08-14 together, exercises included: 4 hours (issue 51, item 6)
+APPENDIX_WORDS = 1500    # an appendix's own budget of markdown words, outside 08-14's
+APPENDIX_MINUTES = 30    # and of a first reading
 
 
 def cells(name):
@@ -73,7 +80,7 @@ def markdown_words(name):
 
 def test_the_performance_half_fits_a_readers_budget():
     total = {name: markdown_words(name) for name in PERFORMANCE}
-    assert [n[:2] for n in total] == ["08", "09", "10", "11", "12", "13", "14"], list(total)
+    assert [n[:2] for n in total] == ["08", "10", "11", "12", "13", "14"], list(total)  # 09 is the appendix 15
     assert sum(total.values()) <= PERFORMANCE_HALF_WORDS, (
         f"08-14: {sum(total.values())} words of markdown (budget {PERFORMANCE_HALF_WORDS}: {total}): cut repetition, "
         "asides and hedges, not definitions")
@@ -163,6 +170,40 @@ def test_a_performance_notebook_reads_in_about_45_minutes(name):
     assert load["exercises"] >= 2, load
     assert minutes(load) <= PERF_MINUTES, (f"{name}: a first reading takes ~{minutes(load):.0f} minutes ({load}; budget "
                                            f"{PERF_MINUTES}): collapse reference code, cut prose")
+
+
+def test_the_performance_half_reads_in_4_hours():
+    took = {name: round(minutes(first_reading(name))) for name in PERFORMANCE}
+    assert sum(took.values()) <= PERFORMANCE_HALF_MINUTES, (
+        f"08-14: a first reading takes ~{sum(took.values())} minutes ({took}; budget {PERFORMANCE_HALF_MINUTES})")
+
+
+def test_the_matmul_ladder_is_an_optional_appendix():
+    """09's matmul ladder reads after 14 as notebook 15 (issue 51, item 2); its occupancy exercise is 11.4."""
+    assert APPENDICES == ["15_matmul"], APPENDICES
+    assert "09_matmul" not in NOTEBOOKS
+
+
+@pytest.mark.parametrize("name", APPENDICES)
+def test_an_appendix_is_optional_and_keeps_its_own_budget(name):
+    title = nbtools.source(cells(name)[0]).splitlines()[0]
+    assert re.fullmatch(rf"# {name[:2]} · Appendix: .+ \(optional\)", title), title
+    assert markdown_words(name) <= APPENDIX_WORDS, f"{name}: {markdown_words(name)} words (budget {APPENDIX_WORDS})"
+    load = first_reading(name)
+    assert load["exercises"] >= 1 and minutes(load) <= APPENDIX_MINUTES, (name, load, minutes(load))
+
+
+def test_no_notebook_before_the_appendices_needs_one():
+    """01-14 import no module an appendix exports: a student who skips the appendices misses nothing later."""
+    theirs = {module for module, (owners, _) in nbtools.module_sources().items()
+              if all(Path(o).stem in APPENDICES for o in owners)}
+    assert theirs == {"matmul"}, theirs
+    for name in NOTEBOOKS:
+        if name in APPENDICES:
+            continue
+        for c in cells(name):
+            used = {m for m in theirs if re.search(rf"\bcourse\.{m}\b", nbtools.source(c))}
+            assert c["cell_type"] != "code" or not used, f"{name} cell {c['id']} uses the appendix's course.{used}"
 
 
 def test_the_reading_rule_counts_what_it_says():

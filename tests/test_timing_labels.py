@@ -63,7 +63,7 @@ MEANINGLESS_OFF_GPU = re.compile(r"per epoch of \d|TFLOP/s|clock_report\(|speed-
 
 
 @pytest.mark.parametrize("name, cid, src", [c for c in cells() if MEANINGLESS_OFF_GPU.search(c[2]) and "print(" in c[2]
-                                             and c[0][:2] in {"08", "09", "10", "11", "12", "13"}],
+                                             and c[0][:2] in {"08", "10", "11", "12", "13", "15"}],
                          ids=lambda v: v if isinstance(v, str) and len(v) < 20 else "")
 def test_figures_that_mean_nothing_off_a_gpu_wait_for_one(name, cid, src):
     """Such a cell prints them on a GPU only: off it, timing.on_gpu says why in one line and points to the saved run."""

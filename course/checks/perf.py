@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebooks 09 (the register-blocked matmul) and 10 (a grid-stride SGD)."""
+"""Checks for the exercises of notebooks 10 (a grid-stride SGD) and 15, the appendix (the register-blocked matmul)."""
 from math import prod
 
 import numpy as np
@@ -11,7 +11,7 @@ from course.runtime.util import cdiv
 ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumulated in another order than BLAS
 
 
-@exercise("9.1", nudges=(
+@exercise("15.1", nudges=(
     "Each thread keeps a TM by TN block of outputs in registers: for each kk of the tile it loads TM values "
     "of A's tile and TN of B's, then multiplies every pair.",
     "Which rows of the tile does this thread own? The same strided ones that the epilogue writes (ty, then TY "
@@ -23,7 +23,7 @@ ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumu
       for i in range(TM):
           for j in range(TN): acc[i, j] += a[i] * b[j]""")
 def check_matmul_v3(kernel, seed=0):
-    """Exercise 9.1. Domain: the register-blocked matmul on odd shapes (not multiples of the 128x128 tile nor of
+    """Exercise 15.1. Domain: the register-blocked matmul on odd shapes (not multiples of the 128x128 tile nor of
     BK = 8: K from 9 to 37, several k-tiles), two row tiles and two column tiles, whole tiles, with exact and
     oversized grids; N(0, 1) values of both signs; blocks of (16, 16) threads, as the kernel's tiling requires."""
     from course.matmul import BM, BN, V3_BLOCK
@@ -38,7 +38,7 @@ def check_matmul_v3(kernel, seed=0):
         grid = (cdiv(N, BN) + extra[0], cdiv(M, BM) + extra[1])
         cases.append(dict(name=f"A {A.shape} @ B {B.shape}", grid=grid, block=V3_BLOCK, inputs=[A, B],
                           expected=A @ B, unit=(BN, BM)))  # a tile of C is what sizes are multiples of
-    return run_cases("Exercise 9.1", kernel, cases, atol=ATOL, rtol=RTOL, largest=prod(V3_BLOCK),  # fixed block
+    return run_cases("Exercise 15.1", kernel, cases, atol=ATOL, rtol=RTOL, largest=prod(V3_BLOCK),  # fixed block
                      hint="look at which rows of sA and columns of sB a thread reads into its registers (the same "
                           "strided ones the epilogue writes to C), at whether every kk of the tile is used, and "
                           "at the outer product: every (i, j) pair of the thread's TM x TN block")

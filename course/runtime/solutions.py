@@ -44,13 +44,13 @@ PIECES = {  # exercise -> (piece, the course's object it replaces); only a same-
     "7.2": ("projection onto the plane", "course.landscape:project_to_plane"),
     "7.3": ("filter normalization", "course.landscape:filter_normalize"),
     "8.2": ("batch indices of a replayed graph", "course.graphs:batch_index_kernel"),
-    "9.1": ("matmul v3 (register-blocked)", "course.matmul:matmul_v3_kernel"),
     "10.1": ("grid-stride SGD", "course.merged:sgd_gridstride_kernel"),
     "11.1": ("a block's tile of W1 (fused kernel)", "course.fused:tile_origin"),
     "12.1": ("reduce-scatter step (fused kernel)", "course.fused:halve"),
     "12.2": ("a warp's class sums (fused kernel)", "course.fused:warp_class_sums"),
     "13.1": ("a part's time (clock report)", "course.epoch:part_us"),
     "13.2": ("a grid barrier's time (clock report)", "course.epoch:barrier_us"),
+    "15.1": ("matmul v3 (register-blocked)", "course.matmul:matmul_v3_kernel"),
 }
 UPDATE = {"sgd": "5.1", "momentum": "5.2", "adam": "5.3"}
 CHECKS = {  # exercise -> the check whose pass saves it: a record another check saved (before a renumbering) is not it
@@ -60,9 +60,9 @@ CHECKS = {  # exercise -> the check whose pass saves it: a record another check 
     "4.1": "check_dlogits_kernel", "4.2": "check_matmul_tn_kernel", "4.3": "check_dhidden_kernel",
     "5.1": "check_sgd_kernel", "5.2": "check_momentum_kernel", "5.3": "check_adam_kernel", "6.1": "check_train_step",
     "6.2": "check_evaluate", "7.1": "check_combine_kernel", "7.2": "check_project_to_plane",
-    "7.3": "check_filter_normalize", "8.2": "check_batch_index", "9.1": "check_matmul_v3",
+    "7.3": "check_filter_normalize", "8.2": "check_batch_index",
     "10.1": "check_sgd_gridstride", "11.1": "check_tile_origin", "12.1": "check_halve",
-    "12.2": "check_warp_class_sums", "13.1": "check_part_us", "13.2": "check_barrier_us",
+    "12.2": "check_warp_class_sums", "13.1": "check_part_us", "13.2": "check_barrier_us", "15.1": "check_matmul_v3",
 }
 STEP_PIECES = ("1.3", "2.3", "3.1", "3.2", "3.3", "4.1", "4.2", "4.3")  # what notebook 06's step runs, the update aside
 

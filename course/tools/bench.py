@@ -19,7 +19,7 @@ first touch), epoch_s is the median of the others, test_acc is measured after th
                        the device; skipped with a note without torch or without a GPU
 
 The graph rows are skipped without a GPU (no CUDA graphs there). Without --quick on a GPU, "matmul" lists the
-TFLOP/s of notebook 09's matmul ladder at 4096^3 (v1 to v5 and cuBLAS through PyTorch when importable).
+TFLOP/s of the matmul ladder (notebook 15, the appendix) at 4096^3 (v1 to v5 and cuBLAS through PyTorch when importable).
 """
 import functools
 import platform
@@ -271,7 +271,7 @@ def bench_torch_graph(data, cfg, init):
 
 
 def bench_matmul(n=MATMUL_N):
-    """[{"impl", "n", "tflops"}]: notebook 09's matmul ladder at (n, n) @ (n, n), FP32, by CUDA events (median),
+    """[{"impl", "n", "tflops"}]: notebook 15's matmul ladder at (n, n) @ (n, n), FP32, by CUDA events (median),
     and cuBLAS through PyTorch (TF32 off) when torch sees a GPU."""
     from numba import cuda
     from course.forward import matmul_v1_kernel, matmul_v2_kernel

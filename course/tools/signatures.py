@@ -74,7 +74,7 @@ _STATE = (f"Batch({_M2}, {{y}}, {_I}), Weights({_M2}, {_V}, {_M2}, {_V}), "
 #                                                         optimizer and velocities, Z .. dH, steps
 _PHASE = _STATE
 _STEPS = f"{_STATE}, uint64[::1], float32[:, ::1]"
-PERF = {  # every kernel of notebooks 08-12 (course.perf, course.graphs, course.matmul, course.merged, course.fused), as launchers and checks call it
+PERF = {  # every kernel of notebooks 08, 10-12 and 15 (course.perf, course.graphs, course.merged, course.fused, course.matmul), as launchers and checks call it
     "course.perf:empty1_kernel": [_V],
     "course.perf:empty3_kernel": [f"{_V}, {_V}, {_V}"],
     "course.matmul:matmul_v3_kernel": [f"{_M2}, {_M2}, {_M2}", f"{_A2}, {_A2}, {_A2}"],

@@ -1,8 +1,9 @@
-"""Checks for notebook 09's second exercise (occupancy: how many blocks of a kernel an SM holds)."""
+"""Checks for notebook 11's fourth exercise (occupancy: how many blocks of a kernel an SM holds)."""
 import numpy as np
 
 from course.checks.core import call, exercise, fail, plain
-from course.matmul import BLOCK_SMEM_RESERVED, REG_UNIT, SM_BLOCKS, SM_REGISTERS, SM_SMEM, SM_WARPS
+from course.fused import (BLOCK_SMEM_RESERVED, CHUNK, REG_UNIT, REGS, SM_BLOCKS, SM_REGISTERS, SM_SMEM, SM_WARPS,
+                          THREADS, TK, block_smem)
 
 WARP = 32
 
@@ -34,7 +35,7 @@ def _limits_said(threads, regs, smem):
     return f"each limit alone allows: {each}; {which}: {' and '.join(binding)}, at {least} block{'s' if least != 1 else ''}"
 
 
-@exercise("9.2", nudges=(
+@exercise("11.4", nudges=(
     "Four resources each cap how many blocks fit on an SM: the block limit, the warps, the registers and the shared memory. The answer is the smallest of the four caps.",
     "A block of 100 threads still takes whole warps. Registers are handed out per warp in units of 256, and every block's shared memory carries a reserved part: round before you divide.",
 ), more="""\
@@ -43,13 +44,13 @@ def _limits_said(threads, regs, smem):
   return min(SM_BLOCKS, SM_WARPS // warps, SM_REGISTERS // warp_regs // warps,
              SM_SMEM // (smem + BLOCK_SMEM_RESERVED))""")
 def check_blocks_per_sm(blocks_per_sm, seed=0):
-    """Exercise 9.2. Domain: the kernels of notebooks 09 and 12; random block sizes (1 to 1,024 threads, whole warps
+    """Exercise 11.4. Domain: the kernels of notebooks 12 and 15 (the appendix's matmuls); random block sizes (1 to 1,024 threads, whole warps
     and not, a partial warp of 8 just above a whole one: 40 threads), registers (16 to 255) and shared memory (0 to
     past the SM's), each of the four limits binding in some case and 0 blocks (by registers, by shared memory) in
     others; the answer a Python int, as the spec says (not a float, bool or NumPy integer)."""
-    ex = "Exercise 9.2"
+    ex = "Exercise 11.4"
     rng = np.random.default_rng(seed)
-    known = [(256, 122, 8448, "matmul v3"), (256, 128, 16896, "matmul v4"), (512, 128, 47800, "course.fused's kernel"),
+    known = [(256, 122, 8448, "matmul v3"), (256, 128, 16896, "matmul v4"), (THREADS, REGS, block_smem(TK, CHUNK), "course.fused's kernel"),
              (32, 16, 0, "a tiny kernel: the block limit"), (1024, 32, 0, "1024 threads: the warp limit"),
              (128, 40, 100000, "large shared memory"), (96, 255, 0, "255 registers"),
              (40, 255, 0, "a warp and a quarter, 255 registers"), (1024, 255, 0, "not one block: registers"),

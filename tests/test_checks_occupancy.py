@@ -1,4 +1,4 @@
-"""Notebook 09's occupancy check passes the solution and rejects planted wrong answers."""
+"""Exercise 11.4's occupancy check (notebook 11) passes the solution and rejects planted wrong answers."""
 import re
 
 import pytest
@@ -6,8 +6,8 @@ from conftest import mutant
 
 import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 from course.checks import CheckFailure
-from course.checks import matmul as checks
-from course.matmul import blocks_per_sm
+from course.checks import occupancy as checks
+from course.fused import blocks_per_sm
 
 
 def test_solution_passes():
@@ -37,7 +37,7 @@ def test_a_different_correct_answer_passes():
     pytest.param("SM_REGISTERS // warp_regs // warps", "SM_REGISTERS // (regs * threads)", id="registers per thread"),
 ])
 def test_blocks_per_sm_check_rejects(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 9.2"):
+    with pytest.raises(CheckFailure, match="Exercise 11.4"):
         checks.check_blocks_per_sm(mutant(blocks_per_sm, old, new))
 
 
@@ -51,7 +51,7 @@ def test_blocks_per_sm_check_rejects(old, new):
 def test_blocks_per_sm_failure_names_the_binding_limit_and_what_each_allows(old, new, binds):
     """A wrong answer gets, for the failing case, what each of the four limits alone allows in the reference and
     which binds there (the term the student got wrong shows), in numbers, not the formula's code."""
-    with pytest.raises(CheckFailure, match="Exercise 9.2") as e:
+    with pytest.raises(CheckFailure, match="Exercise 11.4") as e:
         checks.check_blocks_per_sm(mutant(blocks_per_sm, old, new))
     msg = str(e.value)
     assert "each limit alone allows: the per-SM block limit 32, warps (threads) " in msg, msg
@@ -70,5 +70,18 @@ def test_blocks_per_sm_failure_names_the_binding_limit_and_what_each_allows(old,
                  id="never 0 by shared memory"),
 ])
 def test_blocks_per_sm_check_rejects_issue48(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 9.2"):
+    with pytest.raises(CheckFailure, match="Exercise 11.4"):
         checks.check_blocks_per_sm(mutant(blocks_per_sm, old, new))
+
+
+def test_the_check_tries_the_fused_kernels_own_block():
+    """Exercise 11.4 sits where the fused kernel needs it: an answer wrong only for that kernel's block (its THREADS,
+    REGS and block_smem(TK, CHUNK), as ptxas gave them) fails, naming the kernel."""
+    from course.fused import CHUNK, REGS, THREADS, TK, block_smem
+
+    def wrong_for_the_fused_block(threads, regs, smem):
+        """Right but for the fused kernel's block, where it says two blocks fit."""
+        fused = (threads, regs, smem) == (THREADS, REGS, block_smem(TK, CHUNK))
+        return 2 if fused else blocks_per_sm(threads, regs, smem)
+    with pytest.raises(CheckFailure, match=r"Exercise 11\.4.*course\.fused's kernel"):
+        checks.check_blocks_per_sm(wrong_for_the_fused_block)
