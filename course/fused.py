@@ -1168,6 +1168,8 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
 
 
 # %% notebooks/12_kernel.ipynb cell fl2
+from course.runtime import timing  # ladder's clock: the host's, launches included (notebook 08)
+
 MILESTONES = {   # the ladder: name -> (what changes from the rung below, FusedTrainer's keywords)
     "fused1": ("3 plain launches a step; X and W1 tiles staged twice a step", dict(mode="phases")),
     "fused2": ("1 cooperative launch a step: grid barriers replace kernel ends", dict(mode="step")),
@@ -1181,7 +1183,6 @@ EPOCHS_TIMED = 3   # ladder: ms per epoch, the median of this many epochs
 def ladder(X, y, perm, hidden, batch_size, lr, names=tuple(MILESTONES), seed=0):
     """Print the max |difference| to sgd_epoch_ref after one epoch and the ms per epoch of each milestone in `names`
     (a KeyError names an unknown one); returns them, {name: (diff, ms)}."""
-    from course.runtime import timing    # (course.runtime.timing imports nothing of course.fused)
     milestones = {name: MILESTONES[name] for name in names}
     X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
     _, want = sgd_epoch_ref(X, y, perm, init_params(hidden, seed, n_in=X.shape[1]).to_host(), batch_size, lr)
