@@ -2,57 +2,13 @@
 # Edit the notebook, not this file: CI fails when the two disagree.
 
 # %% notebooks/13_epoch.ipynb cell e_mod
-"""The fused epoch kernel measured (notebook 13): the ladder of its milestones, each checked against the NumPy twin
-and timed, and where each microsecond of a step goes, read from the kernel's clocks."""
-import functools
-
+"""The fused epoch kernel measured (notebook 13): where each microsecond of a step goes, read from the kernel's
+clocks (the ladder of its milestones is course.fused's, notebook 12)."""
 import numpy as np
-from numba import cuda
 
-import course
-from course.runtime import registry, timing  # registry: the student's passing solutions, where registered
+from course.runtime import registry  # registry: the student's passing solutions, where registered
 from course.fused import (AFTER_BARRIER_1, AFTER_BARRIER_2, AT_BARRIER_1, AT_BARRIER_2, AT_DH_STAGED, AT_DW1_SUMS,
-                          AT_DZ2, AT_LOGITS, AT_SPARE_STAGED, AT_STEP, AT_W1_UPDATED, AT_X_STAGED, AT_Z_ADDED,
-                          FusedTrainer, has_tma, sgd_epoch_ref)
-from course.train import init_params
-
-
-# %% notebooks/13_epoch.ipynb cell fl2
-MILESTONES = {   # the ladder: name -> (what changes from the rung below, FusedTrainer's keywords)
-    "fused1": ("3 plain launches a step; X and W1 tiles staged twice a step", dict(mode="phases")),
-    "fused2": ("1 cooperative launch a step: grid barriers replace kernel ends", dict(mode="step")),
-    "fused3": ("persistent kernel: 1 launch an epoch, W1 tiles stay in shared memory", dict(mode="epoch", tma=False)),
-    "fused4": ("TMA bulk copies bring X's tiles, from a double-buffered Xt (sm_90+)", dict(mode="epoch", tma=True)),
-}
-EPOCHS_TIMED = 3   # ladder: ms per epoch, the median of this many epochs
-
-
-# %% notebooks/13_epoch.ipynb cell fl2-2
-def ladder(X, y, perm, hidden, batch_size, lr, seed=0, milestones=MILESTONES):
-    """Print each milestone's max |difference| to sgd_epoch_ref after one epoch and its ms per epoch; returns them."""
-    X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
-    _, want = sgd_epoch_ref(X, y, perm, init_params(hidden, seed, n_in=X.shape[1]).to_host(), batch_size, lr)
-    losses = cuda.device_array(len(perm) // batch_size, np.float32)
-    print(timing.label(f"{'':8s}{'what changes':70s}{'max |diff|':>11s}  ms per epoch"))
-    rows = {}
-    for name, (change, keywords) in milestones.items():
-        if keywords.get("tma") and not has_tma():
-            rows[name] = (None, None)
-            print(f"{name:8s}{change:70s}{'-':>11s}  " + ("no TMA off a GPU" if course.SIMULATOR else
-                                                          "not on this GPU (no TMA)"))
-            continue
-        params = init_params(hidden, seed, n_in=X.shape[1])          # the same start for every rung
-        trainer = FusedTrainer(params, batch_size, lr, **keywords)
-        trainer.epoch(X_d, y_d, perm_d, losses)                        # the epoch checked (and the warm-up)
-        got = params.to_host()
-        diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
-        ms = None if course.SIMULATOR else timing.wall_time(
-            functools.partial(trainer.epoch, X_d, y_d, perm_d, losses), repeat=EPOCHS_TIMED, warmup=0)
-        rows[name] = (diff, ms)
-        unused = keywords.get("tma") and trainer.Xt is None   # x_tiles: too few blocks for the copies
-        print(f"{name:8s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else f"{ms:.2f}")
-              + ("  (no bulk copies at this grid size)" if unused else ""))
-    return rows
+                          AT_DZ2, AT_LOGITS, AT_SPARE_STAGED, AT_STEP, AT_W1_UPDATED, AT_X_STAGED, AT_Z_ADDED)
 
 
 # %% notebooks/13_epoch.ipynb cell ck2

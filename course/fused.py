@@ -1041,63 +1041,6 @@ def update_kernel(data, w, m, acts, steps):
             NOT_KEPT, data.X, NO_TMA, 0)
 
 
-# %% notebooks/12_kernel.ipynb cell c047-2
-@cuda.jit(max_registers=REGS)
-def fused_steps_kernel(data, w, m, acts, steps, bar, Xt):
-    """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, a grid barrier
-    after A and after B (notebook 11's plan). data: a Batch, w: Weights, m: Momentum, acts: Acts, steps: Steps (T: the clocks,
-    (steps, blocks, NPOINTS), or (0, 1, NPOINTS) for none). bar: grid_barrier's count, a multiple of gridDim
-    before the launch (each launch adds 2 nsteps gridDim, and gridDim more when it gathers into Xt). Xt: room for
-    two batches' tiles of X for the TMA, or no rows."""
-    X, perm, W1, W2 = data.X, data.perm, w.W1, w.W2
-    step0, nsteps, lr, T = steps.step0, steps.nsteps, steps.lr, steps.T
-    sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
-    mbar = cuda.shared.array(1, uint64)          # the TMA's count of the bytes landed
-    sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
-    sP = cuda.shared.array(P_CELLS, float32)     # partial sums; a row's logits in phase B
-    sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
-    sh = Shared(sX, sW, sdH, sP, mbar)
-    grid = cuda.cg.this_grid()
-    B = acts.H.shape[0]
-    ntiles = ((W1.shape[0] + TK - 1) // TK) * ((W1.shape[1] + TJ - 1) // TJ)
-    kept = ntiles <= cuda.gridDim.x              # a tile per block: it stays in shared memory
-    origin = tile_origin(cuda.blockIdx.x, W1.shape[1])   # (k0, j0) of the block's first tile, computed once
-    spare = (cuda.gridDim.x >= ntiles + (W1.shape[1] + UJ - 1) // UJ    # blocks with no tile: the small layer,
-             and cuda.blockDim.x >= UJ * (W2.shape[1] + 1) + W2.shape[1])  # a thread per parameter
-    gathers = Xt.shape[0] > 0 and kept and cuda.gridDim.x > B and B <= CHUNK   # blocks without a row gather
-    copies = gathers and cuda.blockIdx.x < ntiles
-    if gathers:                                  # the first batch's tiles, by every block
-        gather_tiles(X, perm, step0 * B, B, Xt, 0, cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x,
-                     cuda.gridDim.x * cuda.blockDim.x)
-        grid_barrier(grid, bar)
-    if copies:                                   # the first batch's X[batch, tile]
-        start_copies(Xt, tile_rows(0, origin[0], B, W1.shape[0]), B, sX, mbar)
-    for i in range(nsteps):
-        step = step0 + i
-        stamp(T, i, AT_STEP)
-        fresh_w = not kept or i == 0             # stage the tile of W1: every step, or once when it is kept
-        phase_a(data, w, acts, steps, sh, origin, fresh_w, copies, i)
-        if i > 0 and spare:
-            update_small(lr, w, m, acts, ntiles, sX, T, i)   # the step before's, staged in sX (tile blocks: nothing)
-        elif i > 0:
-            update_units(lr, w, m, acts, sP)  # the step before's hidden units
-        stamp(T, i, AT_BARRIER_1)
-        grid_barrier(grid, bar)                  # Z is complete, W2, b1 and b2 are updated
-        stamp(T, i, AFTER_BARRIER_1)
-        phase_b(data, w, acts, steps, sP, i)
-        prefetch_next(data, step * B, B, Xt, tile_rows(i + 1, 0, B, W1.shape[0]))
-        stamp(T, i, AT_BARRIER_2)
-        grid_barrier(grid, bar)                  # H, dZ2 and dH are complete, Z is zero again
-        stamp(T, i, AFTER_BARRIER_2)
-        copy_next = copies and i + 1 < nsteps    # the last step has no next batch to copy
-        phase_c(data, w, m, acts, steps, sh, origin, kept, Xt, copy_next, i)
-        stamp(T, i, AT_STEP_END)
-    if spare:
-        update_small(lr, w, m, acts, ntiles, sX, T, nsteps)
-    else:
-        update_units(lr, w, m, acts, sP)  # the last step's hidden units
-
-
 # %% notebooks/12_kernel.ipynb cell c048
 MODES = ("phases", "step", "epoch")  # 3 launches per step, 1 cooperative launch per step, 1 per epoch
 LAUNCHES_PER_STEP = {"phases": 3, "step": 1, "epoch": 0}  # plus one per epoch that zeroes the losses
@@ -1308,3 +1251,102 @@ def fit_fused(X_train, y_train, X_test, y_test, hidden=128, epochs=10, batch_siz
                losses=losses, unit="ms", progress=progress)
     hist["params"] = params
     return hist
+
+
+# %% notebooks/12_kernel.ipynb cell fl2
+from course.runtime import timing  # ladder's clock: the host's, launches included (notebook 08)
+
+MILESTONES = {   # the ladder: name -> (what changes from the rung below, FusedTrainer's keywords)
+    "fused1": ("3 plain launches a step; X and W1 tiles staged twice a step", dict(mode="phases")),
+    "fused2": ("1 cooperative launch a step: grid barriers replace kernel ends", dict(mode="step")),
+    "fused3": ("persistent kernel: 1 launch an epoch, W1 tiles stay in shared memory", dict(mode="epoch", tma=False)),
+    "fused4": ("TMA bulk copies bring X's tiles, from a double-buffered Xt (sm_90+)", dict(mode="epoch", tma=True)),
+}
+EPOCHS_TIMED = 3   # ladder: ms per epoch, the median of this many epochs
+
+
+# %% notebooks/12_kernel.ipynb cell fl2-2
+def ladder(X, y, perm, hidden, batch_size, lr, names=tuple(MILESTONES), seed=0):
+    """Print the max |difference| to sgd_epoch_ref after one epoch and the ms per epoch of each milestone in `names`
+    (a KeyError names an unknown one); returns them, {name: (diff, ms)}."""
+    milestones = {name: MILESTONES[name] for name in names}
+    X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
+    _, want = sgd_epoch_ref(X, y, perm, init_params(hidden, seed, n_in=X.shape[1]).to_host(), batch_size, lr)
+    losses = cuda.device_array(len(perm) // batch_size, np.float32)
+    print(timing.label(f"{'':8s}{'what changes':70s}{'max |diff|':>11s}  ms per epoch"))
+    rows = {}
+    for name, (change, keywords) in milestones.items():
+        if keywords.get("tma") and not has_tma():
+            rows[name] = (None, None)
+            print(f"{name:8s}{change:70s}{'-':>11s}  " + ("no TMA off a GPU" if course.SIMULATOR else
+                                                          "not on this GPU (no TMA)"))
+            continue
+        params = init_params(hidden, seed, n_in=X.shape[1])          # the same start for every rung
+        trainer = FusedTrainer(params, batch_size, lr, **keywords)
+        trainer.epoch(X_d, y_d, perm_d, losses)                        # the epoch checked (and the warm-up)
+        got = params.to_host()
+        diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+        ms = None if course.SIMULATOR else timing.wall_time(
+            lambda: trainer.epoch(X_d, y_d, perm_d, losses), repeat=EPOCHS_TIMED, warmup=0)
+        rows[name] = (diff, ms)
+        unused = keywords.get("tma") and trainer.Xt is None   # x_tiles: too few blocks for the copies
+        print(f"{name:8s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else f"{ms:.2f}")
+              + ("  (no bulk copies at this grid size)" if unused else ""))
+    return rows
+
+
+# %% notebooks/12_kernel.ipynb cell c047-2
+@cuda.jit(max_registers=REGS)
+def fused_steps_kernel(data, w, m, acts, steps, bar, Xt):
+    """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, a grid barrier
+    after A and after B (notebook 11's plan). data: a Batch, w: Weights, m: Momentum, acts: Acts, steps: Steps (T: the clocks,
+    (steps, blocks, NPOINTS), or (0, 1, NPOINTS) for none). bar: grid_barrier's count, a multiple of gridDim
+    before the launch (each launch adds 2 nsteps gridDim, and gridDim more when it gathers into Xt). Xt: room for
+    two batches' tiles of X for the TMA, or no rows."""
+    X, perm, W1, W2 = data.X, data.perm, w.W1, w.W2
+    step0, nsteps, lr, T = steps.step0, steps.nsteps, steps.lr, steps.T
+    sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
+    mbar = cuda.shared.array(1, uint64)          # the TMA's count of the bytes landed
+    sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
+    sP = cuda.shared.array(P_CELLS, float32)     # partial sums; a row's logits in phase B
+    sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
+    sh = Shared(sX, sW, sdH, sP, mbar)
+    grid = cuda.cg.this_grid()
+    B = acts.H.shape[0]
+    ntiles = ((W1.shape[0] + TK - 1) // TK) * ((W1.shape[1] + TJ - 1) // TJ)
+    kept = ntiles <= cuda.gridDim.x              # a tile per block: it stays in shared memory
+    origin = tile_origin(cuda.blockIdx.x, W1.shape[1])   # (k0, j0) of the block's first tile, computed once
+    spare = (cuda.gridDim.x >= ntiles + (W1.shape[1] + UJ - 1) // UJ    # blocks with no tile: the small layer,
+             and cuda.blockDim.x >= UJ * (W2.shape[1] + 1) + W2.shape[1])  # a thread per parameter
+    gathers = Xt.shape[0] > 0 and kept and cuda.gridDim.x > B and B <= CHUNK   # blocks without a row gather
+    copies = gathers and cuda.blockIdx.x < ntiles
+    if gathers:                                  # the first batch's tiles, by every block
+        gather_tiles(X, perm, step0 * B, B, Xt, 0, cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x,
+                     cuda.gridDim.x * cuda.blockDim.x)
+        grid_barrier(grid, bar)
+    if copies:                                   # the first batch's X[batch, tile]
+        start_copies(Xt, tile_rows(0, origin[0], B, W1.shape[0]), B, sX, mbar)
+    for i in range(nsteps):
+        step = step0 + i
+        stamp(T, i, AT_STEP)
+        fresh_w = not kept or i == 0             # stage the tile of W1: every step, or once when it is kept
+        phase_a(data, w, acts, steps, sh, origin, fresh_w, copies, i)
+        if i > 0 and spare:
+            update_small(lr, w, m, acts, ntiles, sX, T, i)   # the step before's, staged in sX (tile blocks: nothing)
+        elif i > 0:
+            update_units(lr, w, m, acts, sP)  # the step before's hidden units
+        stamp(T, i, AT_BARRIER_1)
+        grid_barrier(grid, bar)                  # Z is complete, W2, b1 and b2 are updated
+        stamp(T, i, AFTER_BARRIER_1)
+        phase_b(data, w, acts, steps, sP, i)
+        prefetch_next(data, step * B, B, Xt, tile_rows(i + 1, 0, B, W1.shape[0]))
+        stamp(T, i, AT_BARRIER_2)
+        grid_barrier(grid, bar)                  # H, dZ2 and dH are complete, Z is zero again
+        stamp(T, i, AFTER_BARRIER_2)
+        copy_next = copies and i + 1 < nsteps    # the last step has no next batch to copy
+        phase_c(data, w, m, acts, steps, sh, origin, kept, Xt, copy_next, i)
+        stamp(T, i, AT_STEP_END)
+    if spare:
+        update_small(lr, w, m, acts, ntiles, sX, T, nsteps)
+    else:
+        update_units(lr, w, m, acts, sP)  # the last step's hidden units

@@ -185,12 +185,11 @@ def test_clocks_are_recorded_in_order_and_reported(data):
 
 @pytest.mark.slow
 def test_the_ladder_matches_the_numpy_twin(data, capsys):
-    """ladder: each milestone (course.epoch.MILESTONES) trained one epoch of 2 steps at an odd batch size (7) and
+    """ladder: each milestone (course.fused.MILESTONES) trained one epoch of 2 steps at an odd batch size (7) and
     7 hidden units (one tile, its last unit past the end: kept in shared memory by the epoch kernel; on a GPU 8
     blocks, one without a batch row, so fused4 gathers X for the TMA) ends within float32 noise of sgd_epoch_ref; one
     printed row each; fused4 a row that says why it did not run where the device has no TMA."""
-    from course.epoch import MILESTONES, ladder
-    from course.fused import has_tma
+    from course.fused import MILESTONES, has_tma, ladder
     X, y = data[0], data[1]
     perm = np.random.default_rng(4).permutation(len(X))[:7 * 2]
     rows = ladder(X, y, perm, 7, 7, LR, seed=SEED)
@@ -205,6 +204,26 @@ def test_the_ladder_matches_the_numpy_twin(data, capsys):
     assert [line.split()[0] for line in printed[1:]] == list(MILESTONES)
     assert ("no TMA" in printed[-1]) == (not has_tma())
     assert "no bulk copies" not in printed[-1]
+
+
+def test_the_ladder_runs_the_rungs_it_is_given(data, capsys):
+    """ladder(names=...): notebook 12 measures each rung where it is built, so it runs only the rungs named, in the
+    order named, under one header; an unknown name is a KeyError before anything runs. Without a TMA, fused4 alone
+    is a row that says why it did not run (nothing compiles: fast)."""
+    from course.fused import has_tma, ladder
+    X, y = data[0], data[1]
+    perm = np.random.default_rng(4).permutation(len(X))[:7 * 2]
+    with pytest.raises(KeyError, match="fused5"):
+        ladder(X, y, perm, 7, 7, LR, names=["fused5"])
+    assert ladder(X, y, perm, 7, 7, LR, names=()) == {}
+    header = capsys.readouterr().out.splitlines()
+    assert len(header) == 1 and header[0].split()[:7] == ["what", "changes", "max", "|diff|", "ms", "per", "epoch"]
+    if has_tma():
+        pytest.skip("fused4 runs on this device: test_the_ladder_matches_the_numpy_twin covers it")
+    rows = ladder(X, y, perm, 7, 7, LR, names=["fused4"])
+    assert rows == {"fused4": (None, None)}
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 and printed[1].split()[0] == "fused4" and "no TMA" in printed[1]
 
 
 def test_tma_is_a_keyword_that_refuses_what_it_cannot_do():

@@ -22,7 +22,8 @@ STUDENT = sorted(nbtools.EXERCISES.glob("*.ipynb"))
 CHECK_OUTPUT = "# NBVAL_CHECK_OUTPUT"  # a solution notebook's cell whose printed output must match the saved run's
 NOT_COMPARED = ("image/png", "image/jpeg")  # as nbval (without nbdime) compares outputs
 CR_RE = re.compile(r"^.*\r(?=[^\n])", re.M)  # a line a carriage return wrote over, as nbval drops it
-DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_time", "10_phases", "13_epoch", "14_race", "15_matmul"]
+DISCUSSED = ["02_forward", "03_loss", "05_update", "06_train", "07_landscape", "08_time", "10_phases", "12_kernel", "13_epoch",
+             "14_race", "15_matmul"]
 
 
 def first_exercise(path):
