@@ -1261,6 +1261,7 @@ MILESTONES = {   # the ladder: name -> (what changes from the rung below, FusedT
     "fused2": ("1 cooperative launch a step: grid barriers replace kernel ends", dict(mode="step")),
     "fused3": ("persistent kernel: 1 launch an epoch, W1 tiles stay in shared memory", dict(mode="epoch", tma=False)),
     "fused4": ("TMA bulk copies bring X's tiles, from a double-buffered Xt (sm_90+)", dict(mode="epoch", tma=True)),
+    "fused5": ("heavy-ball momentum; any batch, X staged 64 rows at a time", dict(mode="epoch", momentum=0.9)),
 }
 EPOCHS_TIMED = 3   # ladder: ms per epoch, the median of this many epochs
 
@@ -1271,7 +1272,7 @@ def ladder(X, y, perm, hidden, batch_size, lr, names=tuple(MILESTONES), seed=0):
     (a KeyError names an unknown one); returns them, {name: (diff, ms)}."""
     milestones = {name: MILESTONES[name] for name in names}
     X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
-    _, want = sgd_epoch_ref(X, y, perm, init_params(hidden, seed, n_in=X.shape[1]).to_host(), batch_size, lr)
+    start = init_params(hidden, seed, n_in=X.shape[1]).to_host()
     losses = cuda.device_array(len(perm) // batch_size, np.float32)
     print(timing.label(f"{'':8s}{'what changes':70s}{'max |diff|':>11s}  ms per epoch"))
     rows = {}
@@ -1283,6 +1284,7 @@ def ladder(X, y, perm, hidden, batch_size, lr, names=tuple(MILESTONES), seed=0):
             continue
         params = init_params(hidden, seed, n_in=X.shape[1])          # the same start for every rung
         trainer = FusedTrainer(params, batch_size, lr, **keywords)
+        _, want = sgd_epoch_ref(X, y, perm, start, batch_size, lr, trainer.m.mu, trainer.m.nesterov)
         trainer.epoch(X_d, y_d, perm_d, losses)                        # the epoch checked (and the warm-up)
         got = params.to_host()
         diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
