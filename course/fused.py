@@ -24,9 +24,10 @@ logits (warp shuffles add a warp's units), the softmax, the loss, dZ2[r] = (P - 
 (without one, they ask the L2 cache for its rows).
 -- grid barrier: dZ2, dH, H are complete --
 Phase C, update W1: per tile dW1[tile] = X[batch, tile]^T dH[:, tile] (the X still in shared memory from phase A;
-4 x 4 blocks in registers over 1/8 of the rows, block_grads, added across 8 lanes by shuffles, update_cells) and
-W1[tile] -= lr dW1; between the two, the TMA starts on the next batch's tile (the loads have read this
-one). This step's small layer is updated before the next barrier 1 (or at the end of the launch).
+4 x 4 blocks in registers over 1/8 of the rows, block_grads, added across 8 lanes by shuffles, sum_cells; a batch
+of more than CHUNK rows chunk by chunk, chunk_grads) and W1[tile] -= lr dW1; between the two, the TMA starts on
+the next batch's tile (the loads have read this one). This step's small layer is updated before the next
+barrier 1 (or at the end of the launch).
 No barrier after C: the next phase A reads only the block's own tile of W1, and Z, which phase B zeroed.
 The grid barriers are hand-written (grid_barrier: one atomic count, a spinning load with acquire semantics);
 the launch stays cooperative, so that the GPU checks every block is resident."""
@@ -110,8 +111,8 @@ def block_smem(tk, batch):
 Batch = namedtuple("Batch", "X y perm")       # the data: X (N, K) float32, y (N,) int labels, perm (n,) int64 rows
 Weights = namedtuple("Weights", "W1 b1 W2 b2")  # the parameters: W1 (K, hidden), b1 (hidden,), W2 (hidden, C), b2 (C,)
 Acts = namedtuple("Acts", "Z H dZ2 dH")       # a step's buffers: Z, H, dH (B, hidden), dZ2 (B, C), float32
-Steps = namedtuple("Steps", "step0 nsteps lr losses T")  # a launch's steps step0 .. step0 + nsteps - 1, the
-#                                               learning rate, losses (steps,) float32 and T, the clocks (stamp)
+Steps = namedtuple("Steps", "step0 nsteps lr m losses T")  # a launch's steps step0 .. step0 + nsteps - 1, the
+#                                               learning rate, m: a Momentum, losses (steps,) float32 and T, the clocks
 Momentum = namedtuple("Momentum", "mu nesterov V1 v1 V2 v2")  # the optimizer: momentum mu (0: plain SGD), Nesterov's
 #                                               or heavy-ball, the velocities of W1, b1, W2, b2 (no cells when mu = 0)
 Shared = namedtuple("Shared", "sX sW sdH sP mbar")  # a block's shared memory: tiles of X, W1 and dH, the scratch
@@ -355,6 +356,33 @@ def stage_x(X, perm, base, B, k0, sX):
         r0 += 4 * warps
     if cuda.threadIdx.x < X_CELLS - CHUNK * XS:
         sX[CHUNK * XS + cuda.threadIdx.x] = float32(0.0)     # the zeros past the last row
+
+
+@cuda.jit(device=True)
+def stage_x_lean(X, perm, base, B, k0, sX):
+    """stage_x, one load in flight per thread (a cell at a time): chunk_grads's, where stage_x's 16 loads in flight
+    would spill registers (ptxas: 1,060 bytes per thread on sm_90)."""
+    K = X.shape[1]
+    v = cuda.threadIdx.x
+    while v < X_CELLS:
+        r = v // XS
+        kk = v - r * XS
+        row = perm[base + min(r, B - 1)]
+        sX[v] = X[row, min(k0 + kk, K - 1)] if r < B and k0 + kk < K else float32(0.0)
+        v += cuda.blockDim.x
+
+
+@cuda.jit(device=True)
+def stage_dh_lean(dH, r0, j0, sdH):
+    """stage_dh, one load in flight per thread (a cell at a time): chunk_grads's, where stage_dh's loads would
+    spill registers."""
+    B, hidden = dH.shape
+    v = cuda.threadIdx.x
+    while v < DH_CELLS:
+        r = v // TJ
+        jj = v - r * TJ
+        sdH[v] = dH[min(r0 + r, B - 1), min(j0 + jj, hidden - 1)] if r0 + r < B and j0 + jj < hidden else float32(0.0)
+        v += cuda.blockDim.x
 
 
 @cuda.jit(device=True)
@@ -683,14 +711,19 @@ def descend(old, g, lr, m, V, at):
 
 
 @cuda.jit(device=True)
-def update_cells(lr, m, W1, k0, j0, sW, u, acc, scr):
+def sum_cells(acc, scr):
     """The LANES lanes s of a chunk and quad add up their blocks (block_grads) with shuffles, each keeping two
-    cells of dW1: input 4 c + (s >> 1), units 4 quad + 2 (s % 2) and the next; W1 descends there (descend, m: a
-    Momentum), and in sW."""
-    K, hidden = W1.shape
+    cells of dW1 in acc[0], acc[1]: input 4 c + (s >> 1), units 4 quad + 2 (s % 2) and the next."""
     halve(acc, 8, 8, scr)                        # lane bits 3, 2 (s bits 2, 1): the input
     halve(acc, 4, 4, scr)
     halve(acc, 2, 2, scr)                        # bit 1 (s bit 0): the pair of units
+
+
+@cuda.jit(device=True)
+def update_cells(lr, m, W1, k0, j0, sW, u, acc):
+    """W1 descends (descend, m: a Momentum) at the two cells of dW1 that sum_cells left in acc[0], acc[1], and sW
+    with it."""
+    K, hidden = W1.shape
     quad, s, c = int(u % uint64(2)), int((u // uint64(2)) % uint64(LANES)), int(u // uint64(2 * LANES))
     kk = CH * c + (s >> 1)
     for e in range(2):
@@ -919,13 +952,43 @@ def stage_dh(dH, r0, j0, d, sdH):
 
 # %% notebooks/12_kernel.ipynb cell cf2-5
 @cuda.jit(device=True)
-def phase_c(data, w, m, acts, steps, sh, origin, kept, Xt, copies, i):
+def chunk_grads(data, acts, steps, sh, origin, u, u0, works, acc, i):
+    """acc[0], acc[1] = thread u's two cells of dW1[tile] (sum_cells) over a batch of more than CHUNK rows: each
+    chunk's X and dH staged, its blocks summed (block_grads, sum_cells) and added, so that only two sums stay in
+    registers while the next chunk is staged (16 would spill). Every thread of the block must call it."""
+    X, perm, dH, sX, sdH = data.X, data.perm, acts.dH, sh.sX, sh.sdH
+    k0, j0 = origin
+    B = dH.shape[0]
+    base = (steps.step0 + i) * B
+    g0 = float32(0.0)
+    g1 = float32(0.0)
+    for r0 in range(0, B, CHUNK):
+        if u0 > 0 or r0 > 0:
+            cuda.syncthreads()                   # sX and sdH are read
+        stage_dh_lean(dH, r0, j0, sdH)
+        stage_x_lean(X, perm, base + r0, min(B - r0, CHUNK), k0, sX)
+        cuda.syncthreads()
+        if u0 == 0 and r0 == 0:
+            stamp(steps.T, i, AT_DH_STAGED)
+        if works:
+            for q in range(16):
+                acc[q] = float32(0.0)
+            block_grads(sX, sdH, u, acc)
+            sum_cells(acc, sh.sP[P_CELLS - 512:])
+            g0 += acc[0]
+            g1 += acc[1]
+    acc[0] = g0
+    acc[1] = g1
+
+
+@cuda.jit(device=True)
+def phase_c(data, w, acts, steps, sh, origin, kept, Xt, copies, i):
     """Update W1 after the launch's step i, every tile of this block: dW1[tile] = X[batch, tile]^T dH[:, tile],
     summed CHUNK rows at a time, then W1[tile] descends (descend). X[batch, tile] and the tile of W1 are staged
     again unless `kept` (a block that owns one tile still holds both from phase A, and X's whole batch when it has
     at most CHUNK rows). `copies`: once the sums have read sX, the TMA brings the next batch's tile from Xt into it,
     for the next phase A. Every thread of the block must call it. data: a Batch, w: Weights (W1 updated),
-    m: Momentum, acts: Acts (dH read), steps: Steps, sh: Shared."""
+    acts: Acts (dH read), steps: Steps (steps.m: the Momentum), sh: Shared."""
     X, perm, W1, dH = data.X, data.perm, w.W1, acts.dH
     sX, sW, sdH, lr, T = sh.sX, sh.sW, sh.sdH, steps.lr, steps.T
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
@@ -939,32 +1002,33 @@ def phase_c(data, w, m, acts, steps, sh, origin, kept, Xt, copies, i):
     k0, j0 = origin
     chunks = B > CHUNK                           # phase A left the batch's last chunk of X in sX
     while tile < ntiles:
+        if not chunks:                           # the batch's dH (and X) into shared memory, once
+            stage_dh(dH, 0, j0, d, sdH)
+            if not kept:
+                stage_x(X, perm, base, B, k0, sX)
         if not kept:
             stage_w(W1, k0, j0, sW)
+        if not chunks:
+            cuda.syncthreads()
+            stamp(T, i, AT_DH_STAGED)
         u0 = 0
         while u0 < C_WORK:                       # a pass for every thread (the simulator's shuffles need them all)
             u = uint64(u0 + t)
+            works = u < C_WORK or EVERY_THREAD_SHUFFLES
             for q in range(16):
                 acc[q] = float32(0.0)
-            for r0 in range(0, B, CHUNK):        # the batch's chunks: one, unless B > CHUNK
-                if u0 == 0 or chunks:            # the chunk's dH (and X) into shared memory
-                    if u0 > 0 or r0 > 0:
-                        cuda.syncthreads()       # sX and sdH are read
-                    stage_dh(dH, r0, j0, d, sdH)
-                    if chunks or not kept:
-                        stage_x(X, perm, base + r0, min(B - r0, CHUNK), k0, sX)
-                    cuda.syncthreads()
-                    if u0 == 0 and r0 == 0:
-                        stamp(T, i, AT_DH_STAGED)
-                if u < C_WORK or EVERY_THREAD_SHUFFLES:
-                    block_grads(sX, sdH, u, acc)
+            if chunks:                           # the chunks' sums, added up two cells at a time
+                chunk_grads(data, acts, steps, sh, (k0, j0), u, u0, works, acc, i)
+            elif works:
+                block_grads(sX, sdH, u, acc)
+                sum_cells(acc, sh.sP[P_CELLS - 512:])
             if u0 + nt >= C_WORK:                # the last pass: every thread has read sX
                 cuda.syncthreads()
                 stamp(T, i, AT_DW1_SUMS)
                 if copies:                       # the last thread: in a warp without a block when nt > C_WORK
                     copy_x(Xt, tile_rows(i + 1, k0, B, K), B, sX, sh.mbar)
-            if u < C_WORK or EVERY_THREAD_SHUFFLES:
-                update_cells(lr, m, W1, k0, j0, sW, u, acc, sh.sP[P_CELLS - 512:])
+            if works:
+                update_cells(lr, steps.m, W1, k0, j0, sW, u, acc)
             u0 += nt
         cuda.syncthreads()                       # sW is updated
         stamp(T, i, AT_W1_UPDATED)
@@ -1007,7 +1071,7 @@ NO_TMA = False     # copies: the threads stage X (no bulk copies between separat
 
 
 @cuda.jit(max_registers=REGS)
-def forward_kernel(data, w, m, acts, steps):
+def forward_kernel(data, w, acts, steps):
     """Phase A of step steps.step0 as its own launch (any grid: blocks stride over the tiles)."""
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
@@ -1018,7 +1082,7 @@ def forward_kernel(data, w, m, acts, steps):
 
 
 @cuda.jit(max_registers=REGS)
-def backward_kernel(data, w, m, acts, steps):
+def backward_kernel(data, w, acts, steps):
     """Phase B of step steps.step0 as its own launch (any grid: blocks stride over the batch rows); the step's mean
     loss added to steps.losses[step0]."""
     sP = cuda.shared.array(P_CELLS, float32)
@@ -1028,7 +1092,7 @@ def backward_kernel(data, w, m, acts, steps):
 
 
 @cuda.jit(max_registers=REGS)
-def update_kernel(data, w, m, acts, steps):
+def update_kernel(data, w, acts, steps):
     """Phase C of step steps.step0 as its own launch, the hidden units first (any grid: blocks stride over the
     hidden units and the tiles)."""
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
@@ -1036,8 +1100,8 @@ def update_kernel(data, w, m, acts, steps):
     sP = cuda.shared.array(P_CELLS, float32)
     sdH = cuda.shared.array(DH_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # unused: no TMA here
-    update_units(steps.lr, w, m, acts, sP)
-    phase_c(data, w, m, acts, steps, Shared(sX, sW, sdH, sP, mbar), tile_origin(cuda.blockIdx.x, w.W1.shape[1]),
+    update_units(steps.lr, w, steps.m, acts, sP)
+    phase_c(data, w, acts, steps, Shared(sX, sW, sdH, sP, mbar), tile_origin(cuda.blockIdx.x, w.W1.shape[1]),
             NOT_KEPT, data.X, NO_TMA, 0)
 
 
@@ -1140,18 +1204,18 @@ class FusedTrainer:
 
     def launch_phases(self, X_d, y_d, perm_d, step, losses, stream=0, phases=(1, 2, 3)):
         """The plain launches of step `step` (mode "phases"): phase A, B and C (1, 2, 3), or those in `phases`."""
-        args = (*self.state(X_d, y_d, perm_d), Steps(step, 1, self.lr, losses, self.no_clocks))
+        args = (*self.state(X_d, y_d, perm_d), Steps(step, 1, self.lr, self.m, losses, self.no_clocks))
         for phase, kernel, grid in zip((1, 2, 3), (forward_kernel, backward_kernel, update_kernel), self.phase_grids()):
             if phase in phases:
                 self.typed[kernel][grid, self.threads, stream](*args)
 
     def state(self, X_d, y_d, perm_d):
-        """The namedtuples every kernel takes first: a Batch, the Weights, the Momentum, the Acts."""
-        return Batch(X_d, y_d, perm_d), self.W, self.m, self.acts
+        """The namedtuples every kernel takes first: a Batch, the Weights, the Acts."""
+        return Batch(X_d, y_d, perm_d), self.W, self.acts
 
     def _args(self, X_d, y_d, perm_d, step0, nsteps, losses, T, Xt=None):
         """fused_steps_kernel's arguments for steps step0 .. step0 + nsteps - 1 of the epoch's order perm_d."""
-        return (*self.state(X_d, y_d, perm_d), Steps(step0, nsteps, self.lr, losses, T), self.bar,
+        return (*self.state(X_d, y_d, perm_d), Steps(step0, nsteps, self.lr, self.m, losses, T), self.bar,
                 self.no_tiles if Xt is None else Xt)
 
     def x_tiles(self, X_d, perm_d, grid, nsteps):
@@ -1299,14 +1363,14 @@ def ladder(X, y, perm, hidden, batch_size, lr, names=tuple(MILESTONES), seed=0):
 
 # %% notebooks/12_kernel.ipynb cell c047-2
 @cuda.jit(max_registers=REGS)
-def fused_steps_kernel(data, w, m, acts, steps, bar, Xt):
+def fused_steps_kernel(data, w, acts, steps, bar, Xt):
     """Steps step0 .. step0 + nsteps - 1 in ONE cooperative launch: phases A, B and C of each step, a grid barrier
-    after A and after B (notebook 11's plan). data: a Batch, w: Weights, m: Momentum, acts: Acts, steps: Steps (T: the clocks,
+    after A and after B (notebook 11's plan). data: a Batch, w: Weights, acts: Acts, steps: Steps (m: the Momentum, T: the clocks,
     (steps, blocks, NPOINTS), or (0, 1, NPOINTS) for none). bar: grid_barrier's count, a multiple of gridDim
     before the launch (each launch adds 2 nsteps gridDim, and gridDim more when it gathers into Xt). Xt: room for
     two batches' tiles of X for the TMA, or no rows."""
     X, perm, W1, W2 = data.X, data.perm, w.W1, w.W2
-    step0, nsteps, lr, T = steps.step0, steps.nsteps, steps.lr, steps.T
+    step0, nsteps, lr, m, T = steps.step0, steps.nsteps, steps.lr, steps.m, steps.T
     sX = cuda.shared.array(X_CELLS, float32, alignment=X_ALIGN)
     mbar = cuda.shared.array(1, uint64)          # the TMA's count of the bytes landed
     sW = cuda.shared.array(W_CELLS, float32, alignment=X_ALIGN)
@@ -1346,7 +1410,7 @@ def fused_steps_kernel(data, w, m, acts, steps, bar, Xt):
         grid_barrier(grid, bar)                  # H, dZ2 and dH are complete, Z is zero again
         stamp(T, i, AFTER_BARRIER_2)
         copy_next = copies and i + 1 < nsteps    # the last step has no next batch to copy
-        phase_c(data, w, m, acts, steps, sh, origin, kept, Xt, copy_next, i)
+        phase_c(data, w, acts, steps, sh, origin, kept, Xt, copy_next, i)
         stamp(T, i, AT_STEP_END)
     if spare:
         update_small(lr, w, m, acts, ntiles, sX, T, nsteps)

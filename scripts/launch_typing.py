@@ -16,7 +16,7 @@ import numba.cuda.dispatcher as dispatcher
 from numba import cuda
 from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
-from course.fused import Acts, Batch, Steps, Weights
+from course.fused import Acts, Batch, Momentum, Steps, Weights
 from course.runtime.device import pretend_device
 from course.runtime.util import Specialized
 
@@ -52,12 +52,14 @@ def main():
     w = Weights(device_array((784, 128), f32), device_array((128,), f32), device_array((128, 10), f32),
                 device_array((10,), f32))
     acts = Acts(*(device_array((64, n), f32) for n in (128, 128, 10, 128)))
+    m = Momentum(f32(0.0), False, device_array((0, 0), f32), device_array((0,), f32), device_array((0, 0), f32),
+                 device_array((0,), f32))                                  # plain SGD: no velocities
     losses, T = device_array((937,), f32), device_array((1, 1, 16), np.uint64)
     bar, Xt = device_array((1,), np.uint64), device_array((1, 100), f32)
     flat = (*data, *w, *acts, 0, 937, f32(0.1), losses, T, bar, Xt)
 
     def tupled():
-        return Batch(*data), w, acts, Steps(0, 937, f32(0.1), losses, T), bar, Xt
+        return Batch(*data), w, acts, Steps(0, 937, f32(0.1), m, losses, T), bar, Xt
 
     def lookup(kernel, config, args):
         """What a launch does before launching: numba-cuda's dispatcher finds the kernel for args' types."""

@@ -6,6 +6,7 @@ fail at its first compile on a GPU (a float64 literal is fine, a dict is not; nu
 import importlib
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 
@@ -38,6 +39,23 @@ def test_every_kernel_compiles_for_the_five_targets():
     assert "ok   course.fused: the TMA's Hopper-only PTX in sm_90's code only" in lines
     copy_lines = [x for x in lines if "[TMA on]: PTX for sm_90" in x]
     assert len(copy_lines) == sum(len(s) for k, s in all_signatures().items() if k.startswith("course.fused:"))
+    assert epoch_spill_problems(lines) == []
+
+
+EPOCH_SPILLS = {"sm_75": 320, "sm_80": 320, "sm_86": 64, "sm_89": 64, "sm_90": 64}  # bytes per thread: 248, 248,
+#     0, 0 and 32 now; 6280691's 164, 164, 0, 0, 24; momentum and chunks' first version 640, 640, 376, 376, 1,060
+
+
+def epoch_spill_problems(lines):
+    """The targets where the compile tool's lines say fused_steps_kernel spills more than EPOCH_SPILLS allows (its
+    spills sit in the epoch's hot loops: local-memory traffic every step)."""
+    found = {}
+    for line in lines:
+        if line.startswith("ok   course.fused:fused_steps_kernel(") and "; ptxas " in line:
+            for cc, spilled in re.findall(r"(sm_\d+) \d+ regs \d+ B smem(?: (\d+) B spilled)?", line):
+                found[cc] = int(spilled or 0)
+    problems = [f"{cc}: {found[cc]} B spilled > {cap}" for cc, cap in EPOCH_SPILLS.items() if found.get(cc, 0) > cap]
+    return problems + [f"{cc}: no ptxas figure" for cc in EPOCH_SPILLS if cc not in found]
 
 
 PTX_75 = """.version 8.8
@@ -58,6 +76,18 @@ ptxas info    : Function properties for _Z6kernel
 ptxas info    : Used 128 registers, 47808 bytes smem, 472 bytes cmem[0]
 ptxas info    : Used 16 registers, 380 bytes cmem[0]
 """
+
+
+def test_the_epoch_kernels_spills_are_held_to_a_budget():
+    head = "ok   course.fused:fused_steps_kernel(Batch(...)) "
+    lines = [head + ": PTX for sm_75, sm_80, sm_86, sm_89; ptxas sm_75 128 regs 47808 B smem 248 B spilled; "
+             "sm_80 128 regs 47808 B smem 248 B spilled; sm_86 120 regs 47808 B smem; sm_89 120 regs 47808 B smem",
+             head + "[TMA on]: PTX for sm_90; ptxas sm_90 128 regs 47808 B smem 32 B spilled"]
+    assert epoch_spill_problems(lines) == []
+    lines[1] = lines[1].replace(" 32 B", " 1060 B")
+    lines[0] = lines[0].replace("sm_86 120 regs 47808 B smem;", "sm_86 128 regs 47808 B smem 376 B spilled;")
+    assert epoch_spill_problems(lines) == ["sm_86: 376 B spilled > 64", "sm_90: 1060 B spilled > 64"]
+    assert epoch_spill_problems(lines[:1]) == ["sm_86: 376 B spilled > 64", "sm_90: no ptxas figure"]
 
 
 def test_hopper_only_instructions_are_found_in_code_not_comments():

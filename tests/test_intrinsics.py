@@ -38,7 +38,7 @@ def test_course_fused_has_no_simulator_branch_in_its_module_or_device_code():
 def test_no_kernel_or_device_function_of_course_fused_takes_more_than_about_10_arguments():
     counts = {n.name: len(n.args.args) for n in _tree().body if isinstance(n, ast.FunctionDef) and _jitted(n)}
     assert {name: k for name, k in counts.items() if k > MAX_ARGS} == {}
-    assert counts["fused_steps_kernel"] == 6 and counts["phase_c"] == 10
+    assert counts["fused_steps_kernel"] == 6 and counts["phase_c"] == 10 and counts["chunk_grads"] == 10
 
 
 def test_in_the_simulator_the_intrinsics_are_the_stand_ins():
@@ -99,7 +99,8 @@ def test_a_specialized_kernel_is_typed_once_per_set_of_arrays_and_number_types()
 
 
 def test_the_signature_tables_namedtuples_are_the_types_numba_gives_the_launch_arguments():
-    from course.fused import Acts, Batch, Steps
+    from numba import boolean
+    from course.fused import Acts, Batch, Momentum, Steps
     from course.tools.signatures import namespace
     names = namespace()
     X, y, perm = np.zeros((4, 3), np.float32), np.zeros(4, np.int32), np.zeros(4, np.int64)
@@ -107,8 +108,12 @@ def test_the_signature_tables_namedtuples_are_the_types_numba_gives_the_launch_a
     Z = np.zeros((2, 3), np.float32)
     assert typeof(Acts(Z, Z, Z, Z)) == names["Acts"](*[float32[:, ::1]] * 4)
     T = np.zeros((0, 1, 16), np.uint64)
-    assert typeof(Steps(0, 1, np.float32(0.1), np.zeros(2, np.float32), T)) == \
-        names["Steps"](int64, int64, float32, float32[::1], typeof(T))
+    V1, v1 = np.zeros((0, 0), np.float32), np.zeros(0, np.float32)       # plain SGD: velocities without cells
+    m = Momentum(np.float32(0.0), False, V1, v1, V1, v1)
+    M = names["Momentum"](float32, boolean, float32[:, ::1], float32[::1], float32[:, ::1], float32[::1])
+    assert typeof(m) == M
+    assert typeof(Steps(0, 1, np.float32(0.1), m, np.zeros(2, np.float32), T)) == \
+        names["Steps"](int64, int64, float32, M, float32[::1], typeof(T))
 
 
 def test_the_simulator_takes_max_registers_and_aligns_shared_arrays():

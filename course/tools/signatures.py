@@ -68,10 +68,9 @@ LANDSCAPE = {  # the kernel of notebook 07, as the launcher and the check call i
 }
 
 _T = "uint64[:, :, ::1]"   # course.fused's clocks (steps, blocks, NPOINTS)
-_STATE = (f"Batch({_M2}, {{y}}, {_I}), Weights({_M2}, {_V}, {_M2}, {_V}), "
-          f"Momentum(float32, boolean, {_M2}, {_V}, {_M2}, {_V}), Acts({_M2}, {_M2}, {_M2}, {_M2}), "
-          f"Steps(int64, int64, float32, {_V}, {_T})")  # course.fused's namedtuples: X y perm, W1 .. b2, the
-#                                                         optimizer and velocities, Z .. dH, steps
+_STATE = (f"Batch({_M2}, {{y}}, {_I}), Weights({_M2}, {_V}, {_M2}, {_V}), Acts({_M2}, {_M2}, {_M2}, {_M2}), "
+          f"Steps(int64, int64, float32, Momentum(float32, boolean, {_M2}, {_V}, {_M2}, {_V}), {_V}, {_T})")
+#                 course.fused's namedtuples: X y perm, W1 .. b2, Z .. dH, the steps (their Momentum: its velocities)
 _PHASE = _STATE
 _STEPS = f"{_STATE}, uint64[::1], float32[:, ::1]"
 PERF = {  # every kernel of notebooks 08, 10-12 and 15 (course.perf, course.graphs, course.merged, course.fused, course.matmul), as launchers and checks call it
