@@ -359,33 +359,6 @@ def stage_x(X, perm, base, B, k0, sX):
 
 
 @cuda.jit(device=True)
-def stage_x_lean(X, perm, base, B, k0, sX):
-    """stage_x, one load in flight per thread (a cell at a time): chunk_grads's, where stage_x's 16 loads in flight
-    would spill registers (ptxas: 1,060 bytes per thread on sm_90)."""
-    K = X.shape[1]
-    v = cuda.threadIdx.x
-    while v < X_CELLS:
-        r = v // XS
-        kk = v - r * XS
-        row = perm[base + min(r, B - 1)]
-        sX[v] = X[row, min(k0 + kk, K - 1)] if r < B and k0 + kk < K else float32(0.0)
-        v += cuda.blockDim.x
-
-
-@cuda.jit(device=True)
-def stage_dh_lean(dH, r0, j0, sdH):
-    """stage_dh, one load in flight per thread (a cell at a time): chunk_grads's, where stage_dh's loads would
-    spill registers."""
-    B, hidden = dH.shape
-    v = cuda.threadIdx.x
-    while v < DH_CELLS:
-        r = v // TJ
-        jj = v - r * TJ
-        sdH[v] = dH[min(r0 + r, B - 1), min(j0 + jj, hidden - 1)] if r0 + r < B and j0 + jj < hidden else float32(0.0)
-        v += cuda.blockDim.x
-
-
-@cuda.jit(device=True)
 def copy_x(Xt, row, B, sX, mbar):
     """The TMA's stage_x: the block's last thread tells mbar the bytes to expect and starts ONE copy, of
     Xt[row:row + B] (a batch's tile: B x TK floats in a row of memory) into sX[:B], and goes on at once. The rows
@@ -696,6 +669,7 @@ def block_grads(sX, sdH, u, acc):
         idh += uint64(LANES * TJ)
 
 
+# %% notebooks/12_kernel.ipynb cell cf2-1
 @cuda.jit(device=True)
 def descend(old, g, lr, m, V, at):
     """A parameter's new value from its old one and its gradient g: old - lr g when m.mu is 0 (plain SGD); else,
@@ -951,6 +925,33 @@ def stage_dh(dH, r0, j0, d, sdH):
 
 
 # %% notebooks/12_kernel.ipynb cell cf2-5
+@cuda.jit(device=True)
+def stage_x_lean(X, perm, base, B, k0, sX):
+    """stage_x, one load in flight per thread (a cell at a time): chunk_grads's, where stage_x's 16 loads in flight
+    would spill registers (ptxas: 1,060 bytes per thread on sm_90)."""
+    K = X.shape[1]
+    v = cuda.threadIdx.x
+    while v < X_CELLS:
+        r = v // XS
+        kk = v - r * XS
+        row = perm[base + min(r, B - 1)]
+        sX[v] = X[row, min(k0 + kk, K - 1)] if r < B and k0 + kk < K else float32(0.0)
+        v += cuda.blockDim.x
+
+
+@cuda.jit(device=True)
+def stage_dh_lean(dH, r0, j0, sdH):
+    """stage_dh, one load in flight per thread (a cell at a time): chunk_grads's, where stage_dh's loads would
+    spill registers."""
+    B, hidden = dH.shape
+    v = cuda.threadIdx.x
+    while v < DH_CELLS:
+        r = v // TJ
+        jj = v - r * TJ
+        sdH[v] = dH[min(r0 + r, B - 1), min(j0 + jj, hidden - 1)] if r0 + r < B and j0 + jj < hidden else float32(0.0)
+        v += cuda.blockDim.x
+
+
 @cuda.jit(device=True)
 def chunk_grads(data, acts, steps, sh, origin, u, u0, works, acc, i):
     """acc[0], acc[1] = thread u's two cells of dW1[tile] (sum_cells) over a batch of more than CHUNK rows: each
