@@ -43,7 +43,7 @@ WARMUP = 0.15           # a one-cycle schedule's rising share
 STOP = 3.0              # a search run stops once its clock passes STOP x its side's best time so far: it cannot win
 ROUNDS = 8              # refinement rounds at most
 TOP = 3                 # recipes a round refines: the fastest, and the fastest at each neighbouring batch size
-SEARCH_BUDGET_S = 90    # each side's search stops refining after this many seconds (the verdicts then say so)
+SEARCH_BUDGET_S = 60    # each side's search stops refining after this many seconds (the verdicts then say so)
 HIDDEN = 128
 
 Recipe = namedtuple("Recipe", "impl batch_size lr schedule momentum nesterov", defaults=(False,))
