@@ -297,6 +297,14 @@ class RaceBest:
 RACE_BEST = RaceBest
 
 
+def _fused_occupancy():
+    """The epoch kernel's blocks per SM, the registers its block takes, its shared memory and the blocks that allows."""
+    from course import fused as f
+    smem = f.block_smem(f.TK, f.CHUNK)
+    return (f.blocks_per_sm(f.THREADS, f.REGS, smem), f.THREADS * f.REGS, smem,
+            f.SM_SMEM // (smem + f.BLOCK_SMEM_RESERVED))
+
+
 
 def _race_tool():
     """course.tools.race: the race's rules (its constants)."""
@@ -559,6 +567,10 @@ FIGURES = [
     Fig("10", "p_bw2", r"takes about\s+([\d.]+) µs", Out("10", "p_bwr", r"grid_barrier .*?([\d.]+) µs a round")),
     Fig("10", "p_bw2", r"against ~(\d+) µs for a launch", Qty("launch with 3 arrays, µs")),
     Fig("11", "c038c", r"an \*\*occupancy\*\* of (\d+) %", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
+    Fig("11", "f_end", r"block_smem\(TK, CHUNK\)\)` is (\d+)", calc(lambda: _fused_occupancy()[0], why="course.fused.blocks_per_sm")),
+    Fig("11", "f_end", r"all (65,536) of an SM's registers", calc(lambda: _fused_occupancy()[1], why="16 warps x 128 registers x 32 lanes")),
+    Fig("11", "f_end", r"its (47,808) bytes", calc(lambda: _fused_occupancy()[2], why="course.fused.block_smem(TK, CHUNK)")),
+    Fig("11", "f_end", r"would allow (\d+) blocks", calc(lambda: _fused_occupancy()[3], why="SM_SMEM // (smem + BLOCK_SMEM_RESERVED)")),
     Fig("13", "ck2b", r"advances in ticks of (32) ns", Json(FUSED, "globaltimer.tick_ns")),
     Fig("13", "ck2b", r"multiples of (32) ns\)", Json(FUSED, "globaltimer.tick_ns")),
     Fig(HISTORY, "", r"every phase\s+\(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),

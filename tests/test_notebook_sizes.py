@@ -206,6 +206,13 @@ def test_no_notebook_before_the_appendices_needs_one():
             assert c["cell_type"] != "code" or not used, f"{name} cell {c['id']} uses the appendix's course.{used}"
 
 
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_notebook_ends_on_prose(name):
+    """Its last cell is markdown (what was built, what comes next), not a check a reader stops at (issue 51)."""
+    last = cells(name)[-1]
+    assert last["cell_type"] == "markdown", f"{name} ends on {last['cell_type']} cell {last['id']}: add a closing cell"
+
+
 def test_the_reading_rule_counts_what_it_says():
     load = first_reading("14_race")
     assert load["prose"] > 500 and load["code"] > 20 and load["saved"] > 5 and load["exercises"] == 2, load
