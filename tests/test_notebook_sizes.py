@@ -267,6 +267,17 @@ def test_the_performance_half_defines_a_term_where_it_is_first_used(term):
         assert not early, f"{term!r} is used in {mention} before its definition in {definition}: define it there"
 
 
+def test_prose_sends_the_reader_to_the_notebook_that_climbs_the_rungs():
+    """"notebook NN's rungs" names the notebook whose code climbs them (`ladder(...)`): 12, since 11 was split."""
+    climbs = {name[:2] for name in PERFORMANCE for c in cells(name)
+              if c["cell_type"] == "code" and re.search(r"\bladder\(", nbtools.source(c))}
+    assert len(climbs) == 1, climbs
+    for name in NOTEBOOKS:
+        for c in cells(name):
+            for nb in re.findall(r"notebook (\d+)'s rungs", nbtools.source(c), re.I) if c["cell_type"] == "markdown" else ():
+                assert {nb} == climbs, f"{name} cell {c['id']}: notebook {nb}'s rungs, but notebook {climbs} climbs them"
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_a_notebook_ends_on_prose(name):
     """Its last cell is markdown (what was built, what comes next), not a check a reader stops at (issue 51)."""
