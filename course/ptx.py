@@ -86,19 +86,24 @@ if not course.SIMULATOR:
                        [address(context, builder, sig, args, 0)], ir.IntType(64))
         return types.uint64(bar), codegen
 
+    @cuda.jit(device=True, inline=True)
+    def release_count(old, G):
+        """The count at which grid_barrier releases a block whose add saw `old` (exercise 10.2, in uint64)."""
+        return (old // G + uint64(1)) * G
+
 
 # %% notebooks/10_phases.ipynb cell ct2-3
 if not course.SIMULATOR:
     @cuda.jit(device=True, inline=True)
     def grid_barrier(grid, bar):
-        """Every block waits here until all gridDim blocks arrived. bar[0]: a count that only grows, a multiple of
-        gridDim between barriers (grid: unused here). Thread 0 of each block counts in (arrive: release
-        semantics) and spins on a load with acquire semantics (arrived): one trip to memory to arrive, one to see
-        the last arrival (cuda.cg's grid.sync() adds fences)."""
+        """Every block waits here until all gridDim blocks arrived. bar[0]: a count that only grows, launch after
+        launch (grid: unused here). Thread 0 of each block counts in (arrive: release semantics) and spins on a load
+        with acquire semantics (arrived): one trip to memory to arrive, one to see the last arrival (cuda.cg's
+        grid.sync() adds fences)."""
         cuda.syncthreads()
         if cuda.threadIdx.x == 0:
             G = uint64(cuda.gridDim.x)
-            target = (arrive(bar) // G + uint64(1)) * G
+            target = release_count(arrive(bar), G)   # exercise 10.2's count
             while arrived(bar) < target:
                 pass
         cuda.syncthreads()

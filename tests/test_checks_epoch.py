@@ -104,19 +104,25 @@ def test_clock_report_is_the_two_rules():
 
 # --- the clocks the course really gives (raw %globaltimer readings, about 1.7e18 ns) --------------------
 
-@pytest.mark.parametrize("check, fn", [
+@pytest.mark.parametrize("check, fn, said", [
     pytest.param(checks.check_part_us, mutant(part_us, "slowest = (", "T = T.astype(np.float64); slowest = ("),
-                 id="13.1 float64 before subtracting"),    # 256 ns steps at 1.7e18: 0.77 µs for 0.62
+                 "float64 readings", id="13.1 float64 before subtracting"),    # 256 ns steps at 1.7e18: 0.77 µs for 0.62
     pytest.param(checks.check_part_us, mutant(part_us, "slowest = (", "T = T.astype(np.float32); slowest = ("),
-                 id="13.1 float32 before subtracting"),    # every difference 0
+                 "float32 readings", id="13.1 float32 before subtracting"),    # every difference 0
+    pytest.param(checks.check_part_us, mutant(part_us, "slowest = (", "T = T.astype(float); slowest = ("),
+                 "float64 readings", id="13.1 Python float before subtracting"),
     pytest.param(checks.check_barrier_us, mutant(barrier_us, "crossing = ", "T = T.astype(np.float64); crossing = "),
-                 id="13.2 float64 before subtracting"),
+                 "float64 readings", id="13.2 float64 before subtracting"),
     pytest.param(checks.check_barrier_us, mutant(barrier_us, "crossing = ", "T = T.astype(np.float32); crossing = "),
-                 id="13.2 float32 before subtracting"),
+                 "float32 readings", id="13.2 float32 before subtracting"),
 ])
-def test_clock_checks_use_raw_globaltimer_values(check, fn):
-    with pytest.raises(CheckFailure, match="Exercise 13"):
+def test_clock_checks_use_raw_globaltimer_values(check, fn, said):
+    """A table made float before subtracting fails, and the failure names that cause (issue 51: "expected 0.8640 µs,
+    got 0.7680" alone left a student without a clue)."""
+    with pytest.raises(CheckFailure, match="Exercise 13") as e:
         check(fn)
+    assert said in str(e.value) and "no room for single nanoseconds" in str(e.value), str(e.value)
+    assert "astype" not in str(e.value), str(e.value)   # the cause in words, not the fix's code
 
 
 def test_clock_checks_want_the_float_the_spec_names():

@@ -1,5 +1,6 @@
 """The checks of notebooks 10, 11 and 12 (10.2, 11.1, 11.2, 12.1, 12.2) pass the solutions and reject planted wrong answers."""
 import os
+import re
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import course  # noqa: F401  (before numba.cuda: the GPU or the simulator)
 from course.checks import CheckFailure
 from course.checks.core import LADDERS
 from course.runtime import device
+from course.tools import nbtools
 from course.checks import fused as checks
 from course.fused import halve, tile_origin, warp_class_sums, warp_sum
 from course.ptx import barrier_target, shfl_xor
@@ -77,6 +79,22 @@ def test_warp_sum_skipping_the_shuffle_in_some_lanes_hints_that_every_lane_must_
 def test_barrier_target_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 10.2"):
         checks.check_barrier_target(mutant(barrier_target, old, new))
+
+
+def test_notebook_10_shows_no_answer_to_10_2():
+    """Issue 51: 10's grid_barrier cell, shown five cells below exercise 10.2, computed (old // G + 1) * G, and the
+    spec pointed the reader at it. The student copy now shows that arithmetic in no cell but collapsed reference,
+    the barrier names a helper instead, and the spec no longer sends the reader to the barrier's code."""
+    nb = nbtools.read(nbtools.EXERCISES / "10_phases.ipynb")
+    answer = re.compile(r"//\s*\w+\s*\+\s*(?:uint64\()?1\)?\)\s*\*")   # (x // n + 1) * n, whatever the names
+    assert answer.search("(arrive(bar) // G + uint64(1)) * G") and answer.search("(old // blocks + 1) * blocks")
+    shown = [c for c in nb["cells"] if c["cell_type"] == "code"
+             and not c["metadata"].get("jupyter", {}).get("source_hidden")]
+    assert not [c["id"] for c in shown if answer.search(nbtools.source(c))]
+    barrier = next(c for c in shown if "def grid_barrier" in nbtools.source(c) and "arrive(bar)" in nbtools.source(c))
+    assert re.search(r"target = \w+\(arrive\(bar\), G\)", nbtools.source(barrier)), nbtools.source(barrier)
+    spec = next(nbtools.source(c) for c in nb["cells"] if "### Exercise 10.2" in nbtools.source(c))
+    assert "same arithmetic" not in spec and "barrier's code below" not in spec, spec
 
 
 # --- Exercise 12.1: planted wrong reduce-scatter steps ---------------------------------------------------------

@@ -297,6 +297,14 @@ class RaceBest:
 RACE_BEST = RaceBest
 
 
+def _fused_occupancy():
+    """The epoch kernel's blocks per SM, the registers its block takes, its shared memory and the blocks that allows."""
+    from course import fused as f
+    smem = f.block_smem(f.TK, f.CHUNK)
+    return (f.blocks_per_sm(f.THREADS, f.REGS, smem), f.THREADS * f.REGS, smem,
+            f.SM_SMEM // (smem + f.BLOCK_SMEM_RESERVED))
+
+
 
 def _race_tool():
     """course.tools.race: the race's rules (its constants)."""
@@ -363,6 +371,7 @@ QUANTITIES = {  # name (unit): (canonical source, [other runs of it])
                         [FUSED_MS_10, Json(SCALING, "rows[impl=course_fused,batch_size=64].epoch_s")]),
     "PyTorch eager epoch, ms": (calc(lambda s: s * 1e3, TORCH_S),
                                 [Json(SCALING, "rows[impl=pytorch_eager,batch_size=64].epoch_s")]),
+    "fused speed-up over the plain loop, ×": (calc(lambda p, f: p / f, PLAIN_S, FUSED_S), [SPEEDUP_10]),
     "launch with 3 arrays, µs": (LAUNCH_3, []),
     "grid barrier in the epoch kernel, µs": (
         Out("13", "ck3", r"barrier 1 \(last arrival to first release\)\s+([\d.]+) µs"), [Json(FUSED, NOW + ".clocks_us.barrier1")]),
@@ -448,7 +457,7 @@ FIGURES = [
     Fig("07", "c052", r"the paper's (61) %", calc(lambda: 100 * 6 / math.pi ** 2, why="6/pi^2")),
     Fig("07", "c052", r"the paper's 61 % and (15) %", calc(lambda: 100 * 6 / (4 * math.pi ** 2), why="6/(4 pi^2)")),
     # --- 08 ---
-    Fig("11", "f000", r"a training loop (\d+)× faster", calc(lambda p, f: p / f, Json(BENCH, "rows[impl=course_plain].epoch_s"), FUSED_S)),
+    Fig("11", "f000", r"a training loop (\d+)× faster", Qty("fused speed-up over the plain loop, ×")),
     Fig("11", "f000", r"and (\d+)× faster than\s+that loop recorded", calc(lambda g, f: g / f, Json(BENCH, "rows[impl=course_plain_graph].epoch_s"), FUSED_S)),
     Fig("08", "c000", r"in about ([\d.]+) s per epoch on an H200", Qty("plain epoch, ms", 1e-3)),
     Fig("08", "c000", r"as it comes \(([\d.]+) s per epoch\)", Qty("PyTorch eager epoch, ms", 1e-3)),
@@ -559,6 +568,10 @@ FIGURES = [
     Fig("10", "p_bw2", r"takes about\s+([\d.]+) µs", Out("10", "p_bwr", r"grid_barrier .*?([\d.]+) µs a round")),
     Fig("10", "p_bw2", r"against ~(\d+) µs for a launch", Qty("launch with 3 arrays, µs")),
     Fig("11", "c038c", r"an \*\*occupancy\*\* of (\d+) %", calc(lambda w: 100 * 16 / w, Spec("sm_max_warps"))),
+    Fig("11", "f_end", r"block_smem\(TK, CHUNK\)\)` is (\d+)", calc(lambda: _fused_occupancy()[0], why="course.fused.blocks_per_sm")),
+    Fig("11", "f_end", r"all (65,536) of an SM's registers", calc(lambda: _fused_occupancy()[1], why="16 warps x 128 registers x 32 lanes")),
+    Fig("11", "f_end", r"its (47,808) bytes", calc(lambda: _fused_occupancy()[2], why="course.fused.block_smem(TK, CHUNK)")),
+    Fig("11", "f_end", r"would allow (\d+) blocks", calc(lambda: _fused_occupancy()[3], why="SM_SMEM // (smem + BLOCK_SMEM_RESERVED)")),
     Fig("13", "ck2b", r"advances in ticks of (32) ns", Json(FUSED, "globaltimer.tick_ns")),
     Fig("13", "ck2b", r"multiples of (32) ns\)", Json(FUSED, "globaltimer.tick_ns")),
     Fig(HISTORY, "", r"every phase\s+\(([\d.]+) ms\)", Json(FUSED, "versions[epoch_ms=39.8].epoch_ms")),
@@ -612,10 +625,9 @@ FIGURES = [
     Fig("12", "k_q4", r"staging X\[batch, tile\], ([\d.]+) µs", Json(FUSED, NOW + ".without_copies_clocks_us.a_x")),
     Fig("12", "k_q4", r"a step of about (\d+) µs", calc(lambda ms: ms * 1e3 / STEPS, Json(FUSED, NOW + ".without_copies_ms"),
         why="the kernel without the TMA's copies: its epoch over 937 steps")),
-    Fig("13", "c062", r"ms for the plain loop, (\d+)×\.", calc(lambda p, f: p / f, PLAIN_S, FUSED_S)),
+    Fig("13", "c062", r"ms for the plain loop, (\d+)×\.", Qty("fused speed-up over the plain loop, ×")),
     Fig("13", "c062", r"the course's reference: ([\d.]+) ms an epoch", Qty("fused epoch, ms")),
     Fig("13", "c062", r"an epoch against (\d+) ms for the plain loop", Qty("plain epoch, ms")),
-    Fig("13", "c062", r"trained (\d+)× faster than its plain loop", SPEEDUP_10),
     Fig("13", "c062", r"\(the\s+benchmark's ([\d.]+) ms\)", Qty("fused epoch, ms")),
     Fig("13", "c062", r"\(([\d.]+) ms of FP32 arithmetic", FP32_MS),
     Fig("13", "c062", r"about (\d+) times above it", calc(lambda f, a: f / a, Qty("fused epoch, ms"), FP32_MS), tol=0.05),

@@ -12,7 +12,9 @@ together fit 4 hours. An appendix (15 and on: optional, read after 14, needed by
 A few cells of notebooks 01-07 were over the budget when it was set; they are pinned at their size (OVER), so they
 cannot grow, and the test fails once one fits (then it leaves the list)."""
 import ast
+import io
 import re
+import tokenize
 import sys
 from pathlib import Path
 
@@ -204,6 +206,83 @@ def test_no_notebook_before_the_appendices_needs_one():
         for c in cells(name):
             used = {m for m in theirs if re.search(rf"\bcourse\.{m}\b", nbtools.source(c))}
             assert c["cell_type"] != "code" or not used, f"{name} cell {c['id']} uses the appendix's course.{used}"
+
+
+# Terms of 08-14 that a fresh student met before their definition (issue 51): a mention (regex, any case) in prose,
+# a code cell's comments and docstrings included, and where each is first written in bold in a markdown cell, its
+# definition. The appendix's glossary (15) comes too late. EARLY pins a known earlier mention in a cell that cannot
+# change now (it fails once fixed, then the term leaves the list).
+TERMS = {
+    "register blocking": r"register blocking",
+    "bank": r"\bbanks?\b",
+    "bank conflict": r"bank conflicts?",
+    "ptxas": r"\bptxas\b",
+    "spill": r"\bspill",
+    "occupancy": r"\boccupancy\b",
+    "proxy": r"\bprox(?:y|ies)\b",
+    "mbarrier": r"\bmbarrier\b",
+    "reduce-scatter": r"reduce-scatter",
+    "split-K": r"split-K",
+}
+EARLY = {"mbarrier": ("11_fused", "c039-2")}  # a comment among 11's collapsed constants, before section 2 defines it
+
+
+def prose(cell):
+    """A markdown cell's text, or a code cell's comments and strings (its docstrings): what names a term in words."""
+    src = nbtools.source(cell)
+    if cell["cell_type"] != "code":
+        return src
+    try:
+        return "\n".join(t.string for t in tokenize.generate_tokens(io.StringIO(src).readline)
+                         if t.type in (tokenize.COMMENT, tokenize.STRING))
+    except (tokenize.TokenError, SyntaxError):
+        return src
+
+
+def first_mention_and_definition(term):
+    """(the first cell of 08-14, in reading order, that mentions `term`, the first that defines it), each (name, id)."""
+    mention = definition = None
+    for name in PERFORMANCE:
+        for c in cells(name):
+            text = prose(c)
+            if mention is None and re.search(TERMS[term], text, re.I):
+                mention = (name, c["id"])
+            if (definition is None and c["cell_type"] == "markdown"
+                    and re.search(r"\*\*" + TERMS[term] + r"\w*\*\*", text, re.I)):
+                definition = (name, c["id"])
+    return mention, definition
+
+
+@pytest.mark.parametrize("term", TERMS)
+def test_the_performance_half_defines_a_term_where_it_is_first_used(term):
+    """A term the kernels' prose or code comments use is defined (in bold) in that cell or before it, not only in 15."""
+    mention, definition = first_mention_and_definition(term)
+    assert mention, f"{term!r}: no cell of 08-14 mentions it (drop it from TERMS)"
+    assert definition, f"{term!r} is used in {mention} and defined nowhere in 08-14: define it there"
+    order = [(name, c["id"]) for name in PERFORMANCE for c in cells(name)]
+    early = order.index(definition) > order.index(mention)
+    if term in EARLY:
+        assert early and mention == EARLY[term], f"{term!r}: first used in {mention}, defined in {definition}: update EARLY"
+    else:
+        assert not early, f"{term!r} is used in {mention} before its definition in {definition}: define it there"
+
+
+def test_prose_sends_the_reader_to_the_notebook_that_climbs_the_rungs():
+    """"notebook NN's rungs" names the notebook whose code climbs them (`ladder(...)`): 12, since 11 was split."""
+    climbs = {name[:2] for name in PERFORMANCE for c in cells(name)
+              if c["cell_type"] == "code" and re.search(r"\bladder\(", nbtools.source(c))}
+    assert len(climbs) == 1, climbs
+    for name in NOTEBOOKS:
+        for c in cells(name):
+            for nb in re.findall(r"notebook (\d+)'s rungs", nbtools.source(c), re.I) if c["cell_type"] == "markdown" else ():
+                assert {nb} == climbs, f"{name} cell {c['id']}: notebook {nb}'s rungs, but notebook {climbs} climbs them"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_notebook_ends_on_prose(name):
+    """Its last cell is markdown (what was built, what comes next), not a check a reader stops at (issue 51)."""
+    last = cells(name)[-1]
+    assert last["cell_type"] == "markdown", f"{name} ends on {last['cell_type']} cell {last['id']}: add a closing cell"
 
 
 def test_the_reading_rule_counts_what_it_says():

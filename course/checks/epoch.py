@@ -57,6 +57,18 @@ def _tables(rng):
     return cases
 
 
+def _read_as_floats(T, rule):
+    """[(value, what)]: `rule` (a function of T) on T made float64 and float32 BEFORE subtracting, as a student might;
+    at raw %globaltimer readings those floats step by 256 ns and 1.4e11 ns, so the parts' times come out wrong."""
+    wrong = []
+    for dtype in (np.float64, np.float32):
+        step = float(np.spacing(dtype(GLOBALTIMER)))
+        wrong.append((rule(T.astype(dtype)), f"what {np.dtype(dtype).name} readings give: a clock of ~1.7e18 ns "
+                      f"made {np.dtype(dtype).name} before subtracting has no room for single nanoseconds (it steps "
+                      f"by {step:.3g} ns there)"))
+    return wrong
+
+
 def _number(ex, case, got, want, wrong, hint):
     """Fail unless got is a number within 1e-9 µs of want; wrong: [(value, what a student did to get it)]."""
     __tracebackhide__ = True
@@ -100,7 +112,7 @@ def check_part_us(part_us, seed=0):
                     fail(ex, case, "your function changed T", "read the clocks, do not write them")
                 d = T[:, blocks, end] - T[:, blocks, start]                    # (steps, blocks) ns
                 dall = T[:, :, end] - T[:, :, start]
-                wrong = [
+                wrong = _read_as_floats(T, lambda F: part_us_ref(F, start, end, blocks)) + [
                     (float(np.median(d.mean(axis=1))) / 1e3, "the median over the steps of the MEAN block, not the slowest"),
                     (float(np.median(d.min(axis=1))) / 1e3, "the fastest block, not the slowest"),
                     (float(np.median(d[:, 0])) / 1e3, "only the first block of `blocks`"),
@@ -140,7 +152,7 @@ def check_barrier_us(barrier_us, seed=0):
             if not np.array_equal(given, T):
                 fail(ex, case, "your function changed T", "read the clocks, do not write them")
             a, r = T[:, :, arrive], T[:, :, release]
-            wrong = [
+            wrong = _read_as_floats(T, lambda F: barrier_us_ref(F, arrive, release)) + [
                 (float(np.median((r - a).max(axis=1))) / 1e3, "the longest wait of a block, which includes its "
                  "wait for the slowest block to arrive"),
                 (float(np.median((r - a).mean(axis=1))) / 1e3, "the mean wait of the blocks, which includes "
