@@ -894,6 +894,7 @@ def update_small(lr, w, m, acts, first, sS, T, i):
             b2[c] = descend(old, grad, lr, m, m.v2, c)
 
 
+# %% notebooks/12_kernel.ipynb cell cf2-4b
 @cuda.jit(device=True)
 def load_dh(dH, r0, j0, d):
     """d[q] = dH[r0 + r, j0 + jj] for the cells v = t + q * blockDim = r * TJ + jj of sdH (zeros past the edges)."""
@@ -982,6 +983,7 @@ def chunk_grads(data, acts, steps, sh, origin, u, u0, works, acc, i):
     acc[1] = g1
 
 
+# %% notebooks/12_kernel.ipynb cell cf2-6
 @cuda.jit(device=True)
 def phase_c(data, w, acts, steps, sh, origin, kept, Xt, copies, i):
     """Update W1 after the launch's step i, every tile of this block: dW1[tile] = X[batch, tile]^T dH[:, tile],
