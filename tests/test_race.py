@@ -180,11 +180,13 @@ def test_the_committed_race_is_a_fair_one():
     assert race.best(rows, "course_") and race.best(rows, "pytorch_")
 
 
-def test_the_committed_race_records_its_grid_and_verdicts():
-    """The grid searched and each side's verdict are in the JSON, and the verdict is what its rows say."""
+def test_the_committed_race_records_its_grid_and_verdicts(monkeypatch):
+    """The grid searched and each side's verdict are in the JSON, and the verdict is what its rows say (with the
+    batch sizes each side supported when it ran, which the JSON records)."""
     res = json.loads((RESULTS / RACE_JSON).read_text())
     if "search" not in res:
         pytest.skip(f"{RACE_JSON} predates the interior search: run `python -m course race` on a GPU")
+    monkeypatch.setattr(race, "BATCH_LIMITS", {k: tuple(v) for k, v in res["grid"]["batch_limits"].items()})
     finals = [r for r in res["rows"] if r["stage"] in ("final", "neighbour")]
     assert set(res["grid"]["coarse"]) == {"course_fused", "pytorch_graph"} and res["graph_modes"]
     for impl, s in res["search"].items():
