@@ -615,8 +615,6 @@ FIGURES = [
     Fig("12", "k_q2", r"fused1 takes ([\d.]+) ms an epoch", FUSED1_MS),
     Fig("12", "k_q2", r"an epoch, (\d+) µs a step", calc(lambda ms: ms * 1e3 / STEPS, FUSED1_MS, why="the epoch over its 937 steps")),
     Fig("12", "k_q3", r"fused2 takes ([\d.]+) ms", FUSED2_MS),
-    Fig("12", "k_q3", r"CUDA graph: (\d+) ms an epoch", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"))),
-    Fig("12", "k_q3", r"against (\d+) ms launched from Python", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=course_fused_step].epoch_s"))),
     Fig("12", "k_q3", r"about (\d+) µs of launch a\s+step", calc(lambda s, g: (s - g) * 1e6 / STEPS,
         Json(BENCH, "rows[impl=course_fused_step].epoch_s"), Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"),
         why="the benchmark's fused step launched one by one less as a CUDA graph, over 937 steps")),
