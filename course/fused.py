@@ -318,8 +318,6 @@ def halve(acc, half, mask, scr):
     """One step of a warp's reduce-scatter: the lanes with bit `mask` set keep the classes acc[half:2 half], the
     others acc[:half]; each sends the half it drops to its partner lane ^ mask and adds the half it receives.
     Afterwards acc[:half] holds the two lanes' sums of the classes this lane keeps."""
-    # the plan: is this lane the upper one? then, for each k < half, the value it keeps, the value it sends, and
-    # acc[k] = kept + the partner's sent value, with one shfl_xor per k that every lane reaches
     upper = (cuda.threadIdx.x & mask) != 0
     for k in range(half):                        # constant length: acc stays in registers
         send = acc[k] if upper else acc[k + half]
