@@ -3,8 +3,8 @@
 One epoch of the 784-128-10 MLP (SGD, lr 0.1) at each batch size through course_plain, course_plain_graph,
 course_fused (its X staged 64 rows at a time), pytorch_eager and pytorch_graph (notebook 08's benchmark rows, course.tools.bench),
 the median of the epochs after a warm-up one; and the compute floor: an epoch's floating-point work at batch 64
-(course.perf.epoch_cost, notebook 08 section 3: the forward pass, dW1, dW2 and dH, the update) at the TFLOP/s cuBLAS
-reaches on a large matmul (bench-h200.json's "matmul"), which no batch size can beat.
+(course.perf.epoch_cost, notebook 08 section 3: the forward pass, dW1, dW2 and dH, the update) at the FP32 peak of an
+H100 or H200 (notebook 08's floor), which no batch size can beat.
 """
 import json
 import sys
@@ -13,22 +13,13 @@ from pathlib import Path
 
 BATCHES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 EPOCHS = 3                 # 1 warm-up + 2 timed
-BENCH_JSON = Path(__file__).resolve().parents[2] / "notebooks" / "results" / "bench-h200.json"
+FP32_PEAK_TFLOPS = 67.0   # H100 and H200 (SXM): FP32 without tensor cores, the peak notebook 08 prices an epoch at
 
 
 def flops_per_epoch(n_images, n_in=784, hidden=128, n_out=10, batch_size=64):
     """An epoch's FLOPs as notebook 08 section 3 counts them (course.perf.epoch_cost: no gradient for the images)."""
     from course.perf import epoch_cost
     return epoch_cost(n_images, n_in, hidden, n_out, batch_size)[0]
-
-
-def cublas_tflops(path=BENCH_JSON):
-    """cuBLAS's FP32 TFLOP/s from the saved benchmark, or None."""
-    try:
-        rows = json.loads(Path(path).read_text()).get("matmul", [])
-    except (OSError, ValueError):
-        return None
-    return next((r["tflops"] for r in rows if r["impl"].startswith("cuBLAS")), None)
 
 
 def measure(data, cfg, init, batch, impls):
@@ -84,15 +75,13 @@ def main(argv=None):
             print(f"batch {b:5d} {impl:20s} " + ("-" if s is None else label(f"{s * 1e3:9.2f} ms")), flush=True)
         print(f"  batch {b}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     n = len(data[0])                          # images per epoch
-    tflops = cublas_tflops()
-    floor = None if tflops is None else flops_per_epoch(n, data[0].shape[1], cfg["hidden"]) / (tflops * 1e12)
+    floor = flops_per_epoch(n, data[0].shape[1], cfg["hidden"]) / (FP32_PEAK_TFLOPS * 1e12)
     result = dict(gpu=describe(course.SIMULATOR)["name"], quick=args.quick, n_train=len(data[0]),
-                  flops_per_epoch=flops_per_epoch(n, data[0].shape[1], cfg["hidden"]), cublas_tflops=tflops,
+                  flops_per_epoch=flops_per_epoch(n, data[0].shape[1], cfg["hidden"]), fp32_peak_tflops=FP32_PEAK_TFLOPS,
                   floor_s=floor, rows=rows)
-    if floor is not None:
-        off_gpu = ": an H200's floor, not comparable with the times above" if course.SIMULATOR else ""
-        print(f"compute floor: {result['flops_per_epoch'] / 1e9:.1f} GFLOP at cuBLAS's {tflops:.1f} TFLOP/s on an "
-              f"H200 ({BENCH_JSON.name}) = {floor * 1e3:.2f} ms per epoch{off_gpu}")
+    off_gpu = ": an H100's or H200's floor, not comparable with the times above" if course.SIMULATOR else ""
+    print(f"compute floor: {result['flops_per_epoch'] / 1e9:.1f} GFLOP at the FP32 peak of {FP32_PEAK_TFLOPS:.0f} "
+          f"TFLOP/s = {floor * 1e3:.2f} ms per epoch{off_gpu}")
     return 1 if (args.out and write_json(Path(args.out), result)) else 0
 
 
