@@ -47,6 +47,20 @@ def load_tiles(A, B, sA, sB, bm, bn, k0):
 
 # %% notebooks/15_matmul.ipynb cell c023
 # Exercise 15.1: the register-blocked inner product
+@cuda.jit(device=True)
+def tile_product(sA, sB, ty, tx, a, b, acc):
+    """acc (TM, TN) += thread (tx, ty)'s outputs of one pair of shared tiles: sA (BK, BMP) A's tile transposed,
+    sB (BK, BN) B's tile, at the rows and columns the kernels' epilogue writes; a (TM) and b (TN) are registers."""
+    for kk in range(BK):
+        for i in range(TM):
+            a[i] = sA[kk, ty + TY * i]      # TM values of A's column kk: one broadcast per half-warp
+        for j in range(TN):
+            b[j] = sB[kk, tx + TX * j]      # TN values of B's row kk: 16 consecutive floats per half-warp
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] += a[i] * b[j]    # 64 FMAs from 16 shared loads
+
+
 @cuda.jit
 def matmul_v3_kernel(A, B, C):
     """v3: C = A @ B, register-blocked: each thread computes TM x TN outputs of the block's BM x BN tile, at rows
@@ -66,14 +80,7 @@ def matmul_v3_kernel(A, B, C):
     for k0 in range(0, A.shape[1], BK):
         load_tiles(A, B, sA, sB, bm, bn, k0)
         cuda.syncthreads()                      # the tiles are complete
-        for kk in range(BK):
-            for i in range(TM):
-                a[i] = sA[kk, ty + TY * i]      # TM values of A's column kk: one broadcast per half-warp
-            for j in range(TN):
-                b[j] = sB[kk, tx + TX * j]      # TN values of B's row kk: 16 consecutive floats per half-warp
-            for i in range(TM):
-                for j in range(TN):
-                    acc[i, j] += a[i] * b[j]    # 64 FMAs from 16 shared loads
+        tile_product(sA, sB, ty, tx, a, b, acc)
         cuda.syncthreads()                      # everyone is done before the next load overwrites the tiles
     for i in range(TM):
         row = bm + ty + TY * i
@@ -163,14 +170,7 @@ def matmul_v4_kernel(A, B, C):
         s = t % 2
         if t + 1 < ntiles:
             fetch_tiles(A, B, bm, bn, (t + 1) * BK, ra, rb)   # in flight during the FMAs below
-        for kk in range(BK):
-            for i in range(TM):
-                a[i] = sA[s, kk, ty + TY * i]
-            for j in range(TN):
-                b[j] = sB[s, kk, tx + TX * j]
-            for i in range(TM):
-                for j in range(TN):
-                    acc[i, j] += a[i] * b[j]
+        tile_product(sA[s], sB[s], ty, tx, a, b, acc)      # v3's FMAs, on buffer s
         if t + 1 < ntiles:
             store_tiles(sA, sB, 1 - s, ra, rb)  # the other buffer: everyone finished reading it before the
         cuda.syncthreads()                      # last barrier; this barrier publishes it

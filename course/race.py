@@ -17,7 +17,7 @@ def time_to_target(log, target):
 # %% notebooks/14_race.ipynb cell r_e2s
 # Exercise 14.2: a recipe's time over seeds
 def recipe_time(times):
-    """The median of the seeds' times to the target, or None if any seed missed it (or there are none)."""
+    """A recipe's time from its seeds' times to the target (None: a seed missed it), as exercise 14.2 asks."""
     if not times or any(t is None for t in times):
         return None
     s = sorted(times)

@@ -47,19 +47,29 @@ def test_recipe_time_solution_and_a_different_correct_answer_pass():
     checks.check_recipe_time(recipe_time_statistics)
 
 
-@pytest.mark.parametrize("old,new", [
+MIDDLE = "return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2"
+
+
+@pytest.mark.parametrize("old,new,cause", [
     ("if not times or any(t is None for t in times):\n        return None",
-     "times = [t for t in times if t is not None]\n    if not times:\n        return None"),   # the misses dropped
-    ("return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2", "return s[0]"),       # the best seed
-    ("return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2", "return sum(s) / n"),  # the mean
-    ("return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2", "return s[n // 2]"),   # the upper middle
-    ("s = sorted(times)", "s = times"),                                                         # not sorted
-    ("s = sorted(times)", "times.sort()\n    s = times"),                                       # sorted in place
-    ("        return None", "        return 0.0"),                                              # a miss as a time
+     "times = [t for t in times if t is not None]\n    if not times:\n        return None",
+     "time of its lucky seeds"),                                                           # the misses dropped
+    ("        return None", "        return 0.0", "a seed missed the target"),             # a miss as a time
+    ("if not times or any(t is None for t in times):", "if not times or all(t is None for t in times):",
+     "one of which missed the target"),                      # only all-missed counts: sorting None raises
+    ("if not times or", "if", "with no seeds"),                                            # no seeds: s[0] raises
+    (MIDDLE, "return s[0]", "lucky seed"),                                                 # the best seed
+    (MIDDLE, "return s[-1]", "one slow seed moves it"),                                    # the worst seed
+    (MIDDLE, "return sum(s) / n", "one slow seed moves it"),                               # the mean
+    (MIDDLE, "return s[n // 2]", "an even count"),                                         # the upper middle
+    (MIDDLE, "return s[(n - 1) // 2]", "an even count"),                                   # the lower middle
+    ("s = sorted(times)", "s = times", "the middle of the list as given"),                 # not sorted
+    ("s = sorted(times)", "times.sort()\n    s = times", "reordered the caller's list"),   # sorted in place
 ])
-def test_recipe_time_check_rejects(old, new):
-    with pytest.raises(CheckFailure, match="Exercise 14.2"):
+def test_recipe_time_check_rejects_and_names_the_cause(old, new, cause):
+    with pytest.raises(CheckFailure, match="Exercise 14.2") as e:
         checks.check_recipe_time(mutant(recipe_time, old, new))
+    assert cause in str(e.value), str(e.value)
 
 
 def test_check_rejects_the_race_target_hard_coded():

@@ -12,10 +12,10 @@ ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumu
 
 
 @exercise("15.1", nudges=(
-    "Each thread keeps a TM by TN block of outputs in registers: for each kk of the tile it loads TM values "
-    "of A's tile and TN of B's, then multiplies every pair.",
-    "Which rows of the tile does this thread own? The same strided ones that the epilogue writes (ty, then TY "
-    "further, and so on), and likewise the columns. Every kk of the tile: BK of them.",
+    "tile_product only adds to acc: for one k, which TM values of A's tile and which TN of B's does this thread "
+    "need, and how many multiply-adds do they make? Then, how many values of k does one pair of tiles hold?",
+    "Which rows of the tile does this thread own? The same strided ones that the kernel's epilogue writes (ty, then "
+    "TY further, and so on), and likewise the columns; sA holds A's tile transposed, k first.",
 ), more="""\
   for kk in range(BK):                               # every kk of the tile
       for i in range(TM): a[i] = sA[kk, ty + TY * i]     # the same strided rows ...
@@ -23,8 +23,8 @@ ATOL = RTOL = 1e-4  # float32 sums of <= 140 products of N(0, 1) numbers, accumu
       for i in range(TM):
           for j in range(TN): acc[i, j] += a[i] * b[j]""")
 def check_matmul_v3(kernel, seed=0):
-    """Exercise 15.1. Domain: the register-blocked matmul on odd shapes (not multiples of the 128x128 tile nor of
-    BK = 8: K from 9 to 37, several k-tiles), two row tiles and two column tiles, whole tiles, with exact and
+    """Exercise 15.1. Domain: the register-blocked matmul (its tile_product) on odd shapes (not multiples of the
+    128x128 tile nor of BK = 8: K from 9 to 37, several k-tiles), two row tiles and two column tiles, whole tiles, with exact and
     oversized grids; N(0, 1) values of both signs; blocks of (16, 16) threads, as the kernel's tiling requires."""
     from course.matmul import BM, BN, V3_BLOCK
     rng = np.random.default_rng(seed)
@@ -39,9 +39,9 @@ def check_matmul_v3(kernel, seed=0):
         cases.append(dict(name=f"A {A.shape} @ B {B.shape}", grid=grid, block=V3_BLOCK, inputs=[A, B],
                           expected=A @ B, unit=(BN, BM)))  # a tile of C is what sizes are multiples of
     return run_cases("Exercise 15.1", kernel, cases, atol=ATOL, rtol=RTOL, largest=prod(V3_BLOCK),  # fixed block
-                     hint="look at which rows of sA and columns of sB a thread reads into its registers (the same "
-                          "strided ones the epilogue writes to C), at whether every kk of the tile is used, and "
-                          "at the outer product: every (i, j) pair of the thread's TM x TN block")
+                     hint="in tile_product, look at which rows of sA and columns of sB a thread reads into its "
+                          "registers (the same strided ones the epilogue writes to C), at whether every kk of the tile "
+                          "is used, and at the outer product: every (i, j) pair of the thread's TM x TN block, added")
 
 
 def _real_magnitudes(rng, n, scale):

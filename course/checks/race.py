@@ -97,25 +97,67 @@ def recipe_time_ref(times):
     return float(np.median(times))
 
 
+MEDIAN = "the median (the middle of the seeds' times, sorted; with an even number, halfway between the two middles)"
+
+
+def _recipe_cause(times, got):
+    """Why `got` is not the recipe's time of `times` (every seed reached the target): the wrong answer's cause, named
+    from the value it matches (the best seed, the mean, one of two middles, ...), else None."""
+    s, n = sorted(times), len(times)
+    near = lambda v: isinstance(got, (int, float, np.floating)) and np.isclose(got, v, rtol=1e-12)  # noqa: E731
+    if got is None:
+        return "every seed reached the target: the recipe has a time"
+    if near(times[n // 2]) or (n % 2 == 0 and near((times[n // 2 - 1] + times[n // 2]) / 2)):
+        return "that is the middle of the list as given: the seeds come in any order, the middle is of their times"
+    if n % 2 == 0 and (near(s[n // 2 - 1]) or near(s[n // 2])):
+        return (f"an even count: {n} seeds have two middle times, {s[n // 2 - 1]!r} and {s[n // 2]!r}, and taking "
+                "one of them favours that seed: the recipe's time is halfway between the two")
+    if near(s[0]):
+        return "that is the fastest seed's time: a lucky seed, not the recipe's"
+    if near(s[-1]):
+        return "that is the slowest seed's time: one slow seed moves it, however slow it is"
+    if near(float(np.mean(times))):
+        return "that is the mean: one slow seed moves it (make one seed ten times slower and the mean follows)"
+    return None
+
+
+def _shuffled(rng, times):
+    """times as Python floats in a random order whose middle entry (from 5 seeds on) is none of the sorted times'
+    first, last or middle ones: a wrong answer that takes the list's middle, the fastest, the slowest or one middle
+    of an even count then gives a value of its own, and the failure names its cause."""
+    s = sorted(float(t) for t in times)
+    n = len(s)
+    while True:
+        out = [s[i] for i in rng.permutation(n)]
+        if n < 5 or out[n // 2] not in (s[0], s[-1], s[n // 2], s[n // 2 - 1]):
+            return out
+
+
 @exercise("14.2", nudges=(
-    "A recipe that reached the target with only some of its seeds has not shown that it reaches it: what should its time be then?",
-    "With every seed there, the middle of the sorted times is the answer; with an even number of seeds there are two middles.",
+    "A recipe that reached the target with only some of its seeds has not shown that it reaches it: what should its "
+    "time be then?",
+    "Which one number of a list stays put when its slowest entry gets ten times slower, and is not its fastest "
+    "entry? With an even number of seeds, which number favours neither of the two seeds in the middle?",
 ), more="""\
   if not times or any(t is None for t in times):   # a seed that missed: the recipe has no time
       return None
-  s = sorted(times)
+  s = sorted(times)                                  # a new list: the caller's keeps its order
   n = len(s)
   return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2""")
 def check_recipe_time(recipe_time, seed=0):
-    """Exercise 14.2. Domain: random seeds' times (1 to 7 seeds, odd and even numbers, in random order), some lists
-    with a seed that missed, all missing, one seed, none; the list left unchanged (not sorted in place)."""
+    """Exercise 14.2. Domain: random seeds' times (7 down to 1 seeds, odd and even numbers, in random order), one
+    seed ten times slower than the rest, some lists with a seed that missed, all missing, one seed, none; the list
+    left as it was (not sorted in place). A failure names its cause: a lucky (the fastest) seed, a mean that one slow
+    seed moves, a miss ignored, one of an even count's two middles, the list's own middle, the list reordered."""
     ex = "Exercise 14.2"
     rng = np.random.default_rng(seed)
-    cases = []
-    for n in (1, 2, 3, 4, 5, 6, 7):
-        times = [float(t) for t in rng.uniform(0.02, 0.3, n)]
+    slow = list(rng.uniform(0.02, 0.3, 5))
+    slow[0] = 10 * max(slow)
+    cases = [("5 seeds, one of them ten times slower than the rest", _shuffled(rng, slow))]
+    for n in (7, 6, 5, 4, 3, 2, 1):   # the longest first: its failure tells a wrong answer's cause apart
+        times = _shuffled(rng, rng.uniform(0.02, 0.3, n))
         cases.append((f"{n} seed{'s' if n > 1 else ''} that all reached the target", times))
-    for n in (2, 5):
+    for n in (5, 2):
         times = [float(t) for t in rng.uniform(0.02, 0.3, n)]
         times[int(rng.integers(0, n))] = None
         cases.append((f"{n} seeds, one of which missed the target", times))
@@ -123,9 +165,19 @@ def check_recipe_time(recipe_time, seed=0):
     for name, times in cases:
         given = list(times)
         got = call(ex, f"with {name}", recipe_time, given)
-        _unchanged(ex, f"with {name}", given, times, "read the times, do not sort them in place (sorted() makes a "
-                   "new list)")
-        _compare(ex, f"with {name} ({times})", got, recipe_time_ref(times), 1e-12,
-                 "a recipe has a time only when every one of its seeds reached the target", "(the median)",
-                 "the median: the middle of the sorted times, or the mean of the two middles for an even number")
-    return f"{len(cases)} lists of seeds' times (1 to 7 seeds, odd and even, some missing, none)"
+        if given != times:
+            order = lambda ts: sorted(ts, key=lambda t: (t is None, t or 0.0))  # noqa: E731
+            fail(ex, f"with {name}", "the function reordered the caller's list" if order(given) == order(times)
+                 else "the function changed the caller's list", "the list is the caller's (the seeds in the order "
+                 "they ran): sort a copy (sorted() makes a new list), not the list itself")
+        want = recipe_time_ref(times)
+        if want is None and got is not None:
+            fail(ex, f"with {name} ({times})", f"expected None, got {got!r}",
+                 "no seed ran: the recipe has shown nothing, so it has no time" if not times else
+                 "a seed missed the target, so the recipe has no time: leaving that seed out would give the recipe "
+                 "the time of its lucky seeds")
+        if want is not None and (got is None or not isinstance(got, (int, float, np.floating))
+                                 or not np.isclose(got, want, rtol=1e-12)):
+            fail(ex, f"with {name} ({times})", f"expected {want!r} ({MEDIAN}), got {got!r}",
+                 _recipe_cause(times, got) or f"the recipe's time is {MEDIAN}")
+    return f"{len(cases)} lists of seeds' times (1 to 7 seeds, odd and even, one far slower, some missing, none)"
