@@ -44,8 +44,7 @@ OUT = "notebooks/results/fused-t4grid-h200.json"
 def sm75_resources():
     """Registers and shared memory per block of fused_steps_kernel as ptxas assembles it for sm_75 (TMA
     off, max_registers as the kernel asks), or the compiled kernel's attributes on this GPU without ptxas."""
-    from numba import types
-    names = {n: getattr(types, n) for n in dir(types) if not n.startswith("_")}
+    names = ccompile.namespace()             # numba's types and the kernels' namedtuple types (Batch, Steps, ...)
     sig = all_signatures()["course.fused:fused_steps_kernel"][0]
     ptxas = ccompile.find_ptxas()
     if ptxas is None:

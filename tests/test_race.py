@@ -132,6 +132,21 @@ def test_the_search_widens_until_both_optima_are_interior(monkeypatch):
     assert "interior" in "\n".join(race.table(summary))
 
 
+def test_the_final_tries_a_rate_the_search_never_tried_beside_its_best(monkeypatch):
+    """A regression (race-h100.json, 2026-12-07): the search's runner-up at another schedule won the final, its rate
+    had no neighbour above in the search, and the verdict said "edge". settle now tries a factor sqrt(2) there."""
+    monkeypatch.setitem(race.RUNNERS, "course_fused", _fake_runner)
+    sweep = [_row("course_fused", 64, 0.15, 0.02, "const"), _row("course_fused", 64, 0.3, 0.01, "linear-2"),
+             _row("course_fused", 64, 0.15, 0.01, "linear-2"), _row("course_fused", 32, 0.3, 0.05, "linear-2"),
+             _row("course_fused", 128, 0.3, 0.05, "linear-2"), _row("course_fused", 64, 0.6, 0.05, "const")]
+    rows = race.settle({"course": 1}, "course_fused", sweep, race.TARGET, 2, False, lambda s: None)
+    best = race.fastest(rows, "course_fused")
+    assert (best["batch_size"], best["lr"], best["schedule"]) == (64, 0.3, "linear-2")
+    assert race.verdict(rows, best)["rate"] == "interior", race.verdict(rows, best)
+    assert any(r["lr"] == race._lr(0.3 * 2 ** 0.5) and r["stage"] == "neighbour" for r in rows)
+    assert race.missing_rates(rows, best) == []
+
+
 def test_a_row_has_the_median_only_when_every_seed_got_there():
     r = race.Recipe("course_fused", 64, 0.4, "const", 0.0)
     assert race.row(r, "final", [(0.03, 2.5, 0.976), (0.01, 2.0, 0.977), (0.02, 2.25, 0.98)])["seconds_to_target"] == 0.02

@@ -549,9 +549,19 @@ def search(data, impl, target, quick, log, deadline, rounds):
     return rows, dict(rounds=done, recipes=len(rows), stopped_by_budget=late)
 
 
+def missing_rates(rows, best):
+    """The rates a factor sqrt(2) below and above `best`'s where `rows` tried none on that side (same batch, schedule
+    and optimizer): the search can pick a finalist whose own rates it never widened."""
+    nb = neighbours(rows, best)
+    r = _recipe(best)
+    return [r._replace(lr=_lr(r.lr * f)) for key, f in (("rate_below", 2 ** -0.5), ("rate_above", 2 ** 0.5))
+            if nb[key] is None]
+
+
 def settle(data, impl, sweep, target, seeds, quick, log):
     """The FINALISTS fastest recipes of the search with `seeds` seeds, then the best one's neighbours in the search
-    (rate below and above, the fastest at the batch below and above) likewise, until none is new: the rows."""
+    (rate below and above, the fastest at the batch below and above) likewise, a rate a factor sqrt(2) away on a
+    side the search never tried (missing_rates), until none is new: the rows."""
     rows = []
 
     def attempt(recipe, stage, limit=None):
@@ -572,6 +582,7 @@ def settle(data, impl, sweep, target, seeds, quick, log):
         pool = sweep + [r for r in rows if _recipe(r) not in {_recipe(x) for x in sweep}]
         have = {_recipe(r) for r in rows}
         todo = [_recipe(n) for n in neighbours(pool, b).values() if n is not None and _recipe(n) not in have]
+        todo += [r for r in missing_rates(pool, b) if r not in have]
         if not todo:
             break
         for recipe in dict.fromkeys(todo):
