@@ -277,7 +277,7 @@ class Fig:
 BENCH = "bench-h200.json"
 FUSED = "fused-h200.json"
 FUSED_S = Json(BENCH, "rows[impl=course_fused].epoch_s")
-SCALING = "scaling-h200.json"
+SCALING = min(p.name for p in RESULTS.glob("scaling-*.json"))   # one sweep, named after its GPU
 RACE = min(p.name for p in RESULTS.glob("race-*.json"))   # one race, named after the GPU it ran on
 
 
@@ -313,7 +313,7 @@ def _race_tool():
 
 
 def EPOCH_MS(impl, batch):
-    """An epoch's milliseconds in the batch-size sweep (scaling-h200.json)."""
+    """An epoch's milliseconds in the batch-size sweep (scaling-*.json)."""
     return calc(lambda s: s * 1e3, Json(SCALING, f"rows[impl={impl},batch_size={batch}].epoch_s"))
 
 
@@ -515,7 +515,7 @@ FIGURES = [
     Fig("08", "cg10", r"\| 15 → 1 \| about \d+ \| \*\*about (\d+)\*\*", Qty("plain graph epoch, ms")),
     Fig("08", "cg10", r"\| not counted → 1 \| about (\d+) \(eager\)", Qty("PyTorch eager epoch, ms"), tol=0.01),
     Fig("08", "cg10", r"\(eager\) \| about (\d+) \|", calc(lambda s: s * 1e3, Json(BENCH, "rows[impl=pytorch_graph].epoch_s"))),
-    # --- 08 section 6: the batch-size sweep (results/scaling-h200.json) ---
+    # --- 08 section 6: the batch-size sweep (results/scaling-*.json) ---
     Fig("14", "sc3", r"graph takes (\d+) µs at batch 256", STEP_US("course_plain_graph", 256)),
     Fig("14", "sc3", r"about (\d+) times faster than both", calc(lambda a, b: min(a, b),
         calc(lambda g, f: g / f, EPOCH_MS("course_plain_graph", 64), EPOCH_MS("course_fused", 64)),

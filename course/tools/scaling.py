@@ -61,7 +61,7 @@ def main(argv=None):
     args = parser().parse_args(argv)
     if course.SIMULATOR and not args.quick:
         parser().error(f"the sweep times GPU kernels and needs a GPU (none here: {course.WHY}); "
-                       "notebooks/results/scaling-h200.json holds an H200's, and --quick checks the pipeline here")
+                       "notebooks/results/scaling-*.json holds a GPU's, and --quick checks the pipeline here")
     cfg = bench.config(args.quick, course.SIMULATOR)
     data = bench.load(cfg)
     init = init_params(cfg["hidden"], bench.SEED, n_in=data[0].shape[1]).to_host()
