@@ -521,6 +521,7 @@ FIGURES = [
         calc(lambda g, f: g / f, EPOCH_MS("course_plain_graph", 64), EPOCH_MS("course_fused", 64)),
         calc(lambda g, f: g / f, EPOCH_MS("pytorch_graph", 64), EPOCH_MS("course_fused", 64))), tol=0.05),
     Fig("14", "sc3", r"to ([\d.]+) ms at batch 4096", EPOCH_MS("pytorch_graph", 4096)),
+    Fig("14", "sc3", r"its epoch takes ([\d.]+) ms at batch 1024", EPOCH_MS("course_fused", 1024)),
     # --- 14 section 3: the race (results/race-<gpu>.json) ---
     Fig("14", "rc1", r"time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
     Fig("14", "q000", r"wall time to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
