@@ -281,6 +281,14 @@ SCALING = min(p.name for p in RESULTS.glob("scaling-*.json"))   # one sweep, nam
 RACE = min(p.name for p in RESULTS.glob("race-*.json"))   # one race, named after the GPU it ran on
 
 
+def RACE_ROW(impl, batch):
+    """Milliseconds of the race's fastest 5-seed row (final or neighbour) of `impl` at `batch`."""
+    return calc(lambda: 1e3 * min(r["seconds_to_target"] for r in json.loads((RESULTS / RACE).read_text())["rows"]
+                                  if r["stage"] != "sweep" and r["impl"] == impl and r["batch_size"] == batch
+                                  and r["seconds_to_target"] is not None),
+                why=f"the race's fastest 5-seed row of {impl} at batch {batch}")
+
+
 @dataclass(frozen=True)
 class RaceBest:
     """The fastest final median of the race among implementations starting with `prefix` (course.tools.race.best)."""
@@ -534,10 +542,14 @@ FIGURES = [
     Fig("14", "rc3", r"in a median ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("course_"))),
     Fig("14", "rc3", r"fastest graph in ([\d.]+) ms", calc(lambda s: s * 1e3, RACE_BEST("pytorch_"))),
     Fig("14", "rc3", r"([\d.]+) times sooner\.", calc(lambda a, b: b / a, RACE_BEST("course_"), RACE_BEST("pytorch_"))),
-    Fig("14", "rc3", r"batch 512 took ([\d.]+) ms", calc(lambda: 1e3 * next(
-        r["seconds_to_target"] for r in json.loads((RESULTS / RACE).read_text())["rows"]
-        if r["stage"] == "final" and r["impl"] == "pytorch_graph" and r["batch_size"] == 512),
-        why="the race's final row of pytorch_graph at batch 512")),
+    Fig("14", "rc3", r"PyTorch's batch 512 took ([\d.]+) ms", RACE_ROW("pytorch_graph", 512)),
+    Fig("14", "rc3", r"best at batch 64 took ([\d.]+) ms", RACE_ROW("course_fused", 64)),
+    Fig("14", "rc3", r"at 256 ([\d.]+) ms", RACE_ROW("course_fused", 256)),
+    Fig("14", "rc3", r"\(([\d.]+) ms at batch 1024, staged", EPOCH_MS("course_fused", 1024)),
+    Fig("14", "rc3", r"graphed epoch falls\nto ([\d.]+) ms at batch 1024", EPOCH_MS("pytorch_graph", 1024)),
+    Fig(README, "", r"PyTorch's batch 512 took ([\d.]+) ms", RACE_ROW("pytorch_graph", 512)),
+    Fig(README, "", r"its epoch gets no\s+cheaper \(([\d.]+) ms at batch 1024", EPOCH_MS("course_fused", 1024)),
+    Fig(README, "", r"graphed epoch falls to ([\d.]+) ms", EPOCH_MS("pytorch_graph", 1024)),
     # --- simulator and tool settings (no GPU run) ---
     Fig("07", "c019", r"about (85) % test accuracy", calc(lambda: 85, why="tests/test_student_notebooks.py asserts >= 0.85")),
     Fig(README, "", r"the race to ([\d.]+) % test accuracy", calc(lambda t: t * 100, Json(RACE, "target"))),
@@ -619,6 +631,9 @@ FIGURES = [
     Fig("12", "k_q3", r"about (\d+) µs of launch a\s+step", calc(lambda s, g: (s - g) * 1e6 / STEPS,
         Json(BENCH, "rows[impl=course_fused_step].epoch_s"), Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"),
         why="the benchmark's fused step launched one by one less as a CUDA graph, over 937 steps")),
+    Fig("12", "k_r5", r"fused5 at batch 1024 takes ([\d.]+) ms", RUNG_MS("fused5", "k_l5")),
+    Fig("12", "k_r5", r"more than fused4's ([\d.]+) ms", RUNG_MS("fused4", "k_l4")),
+    Fig("12", "k_r5", r"fused3 at the same batch: ([\d.]+) ms", RUNG_MS("fused3", "k_l5")),
     Fig("12", "k_q4", r"fused3 takes ([\d.]+) ms", FUSED3_MS),
     Fig("12", "k_q4", r"ms, (\d+)× less than fused2", calc(lambda a, b: a / b, FUSED2_MS, FUSED3_MS)),
     Fig("12", "k_q4", r"staging X\[batch, tile\], ([\d.]+) µs", Json(FUSED, NOW + ".without_copies_clocks_us.a_x")),
