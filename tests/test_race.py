@@ -188,7 +188,14 @@ def test_the_committed_race_is_a_fair_one():
         if r["stage"] == "sweep":
             sweep[r["impl"]] += 1
             assert len(r["seeds"]) == 1
-    assert sweep["pytorch_graph"] >= sweep["course_fused"] > 0
+    assert sweep["pytorch_graph"] > 0 and sweep["course_fused"] > 0
+    if "search" in res:   # PyTorch tuned as hard as the course: the same coarse grid, searched until it stopped on
+        s = res["search"]  # its own (not by its budget, unless the course's was too), its optimum interior
+        assert res["grid"]["coarse"]["pytorch_graph"] == res["grid"]["coarse"]["course_fused"]
+        assert not s["pytorch_graph"]["stopped_by_budget"] or s["course_fused"]["stopped_by_budget"]
+        assert s["pytorch_graph"]["rate"] == s["pytorch_graph"]["batch"] == "interior"
+    else:
+        assert sweep["pytorch_graph"] >= sweep["course_fused"]
     finals = [r for r in rows if r["stage"] in ("final", "neighbour")]
     assert {"course_fused", "pytorch_graph", "pytorch_compile", "pytorch_eager"} <= {r["impl"] for r in finals}
     assert all(len(r["seeds"]) == 5 for r in finals)
