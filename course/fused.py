@@ -1357,7 +1357,7 @@ def ladder(X, y, perm, hidden, batch_size, lr, names=tuple(MILESTONES), seed=0):
             lambda: trainer.epoch(X_d, y_d, perm_d, losses), repeat=EPOCHS_TIMED, warmup=0)
         rows[name] = (diff, ms)
         unused = keywords.get("tma") and trainer.Xt is None   # x_tiles: too few blocks for the copies
-        print(f"{name:8s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else f"{ms:.2f}")
+        print(f"{name:8s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else timing.label(f"{ms:.2f}"))
               + ("  (no bulk copies at this grid size)" if unused else ""))
     return rows
 
