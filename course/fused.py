@@ -1370,7 +1370,7 @@ def ladder(X, y, perm, hidden, batch_size, lr, names=tuple(MILESTONES), seed=0):
     X_d, y_d, perm_d = cuda.to_device(X), cuda.to_device(y), cuda.to_device(perm)
     start = init_params(hidden, seed, n_in=X.shape[1]).to_host()
     losses = cuda.device_array(len(perm) // batch_size, np.float32)
-    print(timing.label(f"{'':8s}{'what changes':70s}{'max |diff|':>11s}  ms per epoch"))
+    print(f"{'':8s}{'what changes':70s}{'max |diff|':>11s}  ms per epoch")   # off a GPU: no times to label
     rows = {}
     for name, (change, keywords) in milestones.items():
         if keywords.get("tma") and not has_tma():
@@ -1388,7 +1388,7 @@ def ladder(X, y, perm, hidden, batch_size, lr, names=tuple(MILESTONES), seed=0):
             lambda: trainer.epoch(X_d, y_d, perm_d, losses), repeat=EPOCHS_TIMED, warmup=0)
         rows[name] = (diff, ms)
         unused = keywords.get("tma") and trainer.Xt is None   # x_tiles: too few blocks for the copies
-        print(f"{name:8s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else f"{ms:.2f}")
+        print(f"{name:8s}{change:70s}{diff:11.1e}  " + ("no timing off a GPU" if ms is None else timing.label(f"{ms:.2f}"))
               + ("  (no bulk copies at this grid size)" if unused else ""))
     return rows
 

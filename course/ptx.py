@@ -15,7 +15,7 @@ import course
 # Exercise 10.2: the grid barrier's count
 def barrier_target(old, blocks):
     """The count at which the last of `blocks` blocks has arrived at the barrier where this block's add saw `old`."""
-    return (old // blocks + 1) * blocks
+    return (old // blocks + uint64(1)) * blocks
 
 
 # %% notebooks/10_phases.ipynb cell ct2
@@ -86,10 +86,7 @@ if not course.SIMULATOR:
                        [address(context, builder, sig, args, 0)], ir.IntType(64))
         return types.uint64(bar), codegen
 
-    @cuda.jit(device=True, inline=True)
-    def release_count(old, G):
-        """The count at which grid_barrier releases a block whose add saw `old` (exercise 10.2, in uint64)."""
-        return (old // G + uint64(1)) * G
+    release_count = cuda.jit(device=True, inline=True)(barrier_target)   # exercise 10.2, compiled for the GPU
 
 
 # %% notebooks/10_phases.ipynb cell ct2-3
@@ -103,7 +100,7 @@ if not course.SIMULATOR:
         cuda.syncthreads()
         if cuda.threadIdx.x == 0:
             G = uint64(cuda.gridDim.x)
-            target = release_count(arrive(bar), G)   # exercise 10.2's count
+            target = release_count(arrive(bar), G)   # exercise 10.2's barrier_target
             while arrived(bar) < target:
                 pass
         cuda.syncthreads()

@@ -8,7 +8,7 @@ The T4's grid: 40 SMs x the blocks of the kernel one SM holds within a T4's limi
 1,024 threads, 64K registers, 16 blocks), from the kernel's registers and shared memory per block as ptxas reports
 them for sm_75 (course/tools/compile.py; the kernel's own attributes on this GPU where there is no ptxas).
 
-Usage: COURSE_DEVICE=gpu python scripts/t4_grid.py [--out notebooks/results/fused-t4grid-h200.json] [--quick]
+Usage: COURSE_DEVICE=gpu python scripts/t4_grid.py [--out=notebooks/results/fused-t4grid-<gpu>.json] [--quick]
   --quick: no 3-epoch accuracy run.
 The knobs it reaches from outside (course/fused.py is exported from notebooks 11 and 12): course.fused.has_tma,
 replaced before anything compiles (its intrinsics ask it while generating code; FusedTrainer asks it for
@@ -38,7 +38,12 @@ REG_UNIT = 256                          # registers are given to a warp in units
 WARP = 32
 B, HIDDEN, LR, CHECK_STEPS, EPOCHS, REPEATS = 64, 128, 0.1, 20, 3, 5
 TOL = 1e-4                              # float32 sums in another order than the twin (lanes, atomics)
-OUT = "notebooks/results/fused-t4grid-h200.json"
+OUT = "notebooks/results/fused-t4grid-{card}.json"   # {card}: h100, h200, ... (the GPU it ran on)
+
+
+def card(name):
+    """A GPU's short name for a results file: h100, h200, or its name in lower case with dashes."""
+    return next((c.lower() for c in ("H100", "H200") if c in name), "-".join(name.lower().split()))
 
 
 def sm75_resources():
@@ -101,8 +106,9 @@ def epoch_ms(mode, blocks, X_d, y_d, perm_d, repeats=REPEATS):
 
 
 def main():
-    out = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--out=")), OUT)
     dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+    out = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--out=")), OUT.format(card=card(name)))
     X, y, Xt, yt = load_mnist()
     X_d, y_d = cuda.to_device(X), cuda.to_device(y)
     n = (len(X) // B) * B

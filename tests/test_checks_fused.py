@@ -1,4 +1,5 @@
 """The checks of notebooks 10, 11 and 12 (10.2, 11.1, 11.2, 12.1, 12.2) pass the solutions and reject planted wrong answers."""
+import math
 import os
 import re
 import subprocess
@@ -36,12 +37,17 @@ def test_different_correct_answers_pass():
             m *= 2
         return v
 
-    def barrier_target_ceil(old, blocks):
-        """The next multiple of blocks above old, by rounding old + 1 up."""
-        return -(-(old + 1) // blocks) * blocks
+    def barrier_target_up(old, blocks):
+        """The next multiple of blocks above old, by rounding old + blocks down (uint64 throughout on the GPU)."""
+        return (old + blocks) // blocks * blocks
+
+    def barrier_target_mod(old, blocks):
+        """The next multiple of blocks above old: old's own multiple, by its remainder, plus blocks."""
+        return old - old % blocks + blocks
 
     checks.check_warp_sum(warp_sum_up)
-    checks.check_barrier_target(barrier_target_ceil)
+    checks.check_barrier_target(barrier_target_up)
+    checks.check_barrier_target(barrier_target_mod)
 
 
 # --- Exercise 11.2: planted wrong butterflies ------------------------------------------------------------------
@@ -70,31 +76,60 @@ def test_warp_sum_skipping_the_shuffle_in_some_lanes_hints_that_every_lane_must_
 
 # --- Exercise 10.2: planted wrong targets ----------------------------------------------------------------------
 
+TARGET = "(old // blocks + uint64(1)) * blocks"
+
+
 @pytest.mark.parametrize("old, new", [
-    pytest.param("(old // blocks + 1) * blocks", "(old + 1) // blocks * blocks", id="rounds down (a race)"),
-    pytest.param("(old // blocks + 1) * blocks", "old + blocks", id="old + blocks (deadlock)"),
-    pytest.param("(old // blocks + 1) * blocks", "blocks", id="as if the count started at 0"),
-    pytest.param("(old // blocks + 1) * blocks", "(old // blocks + 2) * blocks", id="the next barrier's count"),
+    pytest.param(TARGET, "(old + uint64(1)) // blocks * blocks", id="rounds down (a race)"),
+    pytest.param(TARGET, "old + blocks", id="old + blocks (deadlock)"),
+    pytest.param(TARGET, "blocks", id="as if the count started at 0"),
+    pytest.param(TARGET, "(old // blocks + uint64(2)) * blocks", id="the next barrier's count"),
 ])
 def test_barrier_target_check_rejects(old, new):
     with pytest.raises(CheckFailure, match="Exercise 10.2"):
         checks.check_barrier_target(mutant(barrier_target, old, new))
 
 
+@pytest.mark.parametrize("new, cause", [
+    pytest.param("(old // blocks + 1) * blocks", "`+` of uint64 and the literal 1 (int64) gives int64",
+                 id="int literal: signed int64 on the GPU"),
+    pytest.param("(old // blocks + 1.0) * blocks", "`+` of uint64 and the literal 1.0 (float64) gives float64",
+                 id="float literal"),
+    pytest.param("math.floor(old / blocks + 1) * blocks", "`/` of uint64 and uint64 gives float64",
+                 id="float division, floored"),
+])
+def test_barrier_target_check_rejects_a_count_that_leaves_uint64_on_the_gpu(new, cause):
+    """Right in Python (the values match), wrong on the GPU: numba types the count as int64 or a float, so
+    grid_barrier's wait compares the uint64 count in float64. The failure names the operation and its operands."""
+    wrong = mutant(barrier_target, TARGET, new, scope={"math": math})
+    assert int(wrong(263, 132)) == int(barrier_target(263, 132)) == 264   # the same count off the GPU
+    with pytest.raises(CheckFailure, match="Exercise 10.2") as e:
+        checks.check_barrier_target(wrong)
+    line = next(ln for ln in str(e.value).splitlines() if "not a uint64 on the GPU" in ln)
+    assert cause in line and new in line, line   # the operation, and the line of code that holds it
+
+
 def test_notebook_10_shows_no_answer_to_10_2():
-    """Issue 51: 10's grid_barrier cell, shown five cells below exercise 10.2, computed (old // G + 1) * G, and the
-    spec pointed the reader at it. The student copy now shows that arithmetic in no cell but collapsed reference,
-    the barrier names a helper instead, and the spec no longer sends the reader to the barrier's code."""
+    """Issue 51: 10's grid_barrier computed (old // G + 1) * G, first in its shown cell, then in a helper of the
+    collapsed cell ct2-2, two cells below exercise 10.2: an answer printed near its exercise either way. The student
+    copy now holds that arithmetic in no cell, collapsed or not: ct2-2 compiles the student's own barrier_target as
+    the barrier's device function, the barrier cell calls it, no later cell swaps the course's barrier back in, and
+    the spec says the count stays uint64 on the GPU without the formula."""
     nb = nbtools.read(nbtools.EXERCISES / "10_phases.ipynb")
     answer = re.compile(r"//\s*\w+\s*\+\s*(?:uint64\()?1\)?\)\s*\*")   # (x // n + 1) * n, whatever the names
     assert answer.search("(arrive(bar) // G + uint64(1)) * G") and answer.search("(old // blocks + 1) * blocks")
-    shown = [c for c in nb["cells"] if c["cell_type"] == "code"
-             and not c["metadata"].get("jupyter", {}).get("source_hidden")]
-    assert not [c["id"] for c in shown if answer.search(nbtools.source(c))]
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert not [c["id"] for c in code if answer.search(nbtools.source(c))]
+    helper = next(c for c in code if "release_count =" in nbtools.source(c))
+    assert re.search(r"^\s*release_count = cuda\.jit\(device=True, inline=True\)\(barrier_target\)",
+                     nbtools.source(helper), re.M), nbtools.source(helper)
+    shown = [c for c in code if not c["metadata"].get("jupyter", {}).get("source_hidden")]
     barrier = next(c for c in shown if "def grid_barrier" in nbtools.source(c) and "arrive(bar)" in nbtools.source(c))
-    assert re.search(r"target = \w+\(arrive\(bar\), G\)", nbtools.source(barrier)), nbtools.source(barrier)
+    assert re.search(r"target = release_count\(arrive\(bar\), G\)", nbtools.source(barrier)), nbtools.source(barrier)
+    assert not [c["id"] for c in code if re.search(r"from course\.ptx import .*grid_barrier", nbtools.source(c))]
     spec = next(nbtools.source(c) for c in nb["cells"] if "### Exercise 10.2" in nbtools.source(c))
     assert "same arithmetic" not in spec and "barrier's code below" not in spec, spec
+    assert "uint64" in spec and not answer.search(spec), spec
 
 
 # --- Exercise 12.1: planted wrong reduce-scatter steps ---------------------------------------------------------

@@ -60,7 +60,7 @@ def test_the_cases_stand_on_the_course_and_bind_each_limit():
     assert checks.T4_SMS == t4["grid"] == t4["t4_limits"]["sms"] and t4["w1_tiles_kept"] is False
     from course.tools import nbtools
     info, = [c for c in nbtools.read(nbtools.NOTEBOOKS / "11_fused.ipynb")["cells"] if c.get("id") == "g001"]
-    assert f"NVIDIA H200 (compute capability 9.0, {checks.H200_SMS} SMs" in "".join(info["outputs"][0]["text"])
+    assert f"(compute capability 9.0, {checks.H200_SMS} SMs" in "".join(info["outputs"][0]["text"])   # an H100 or H200
     assert checks.tile_inputs_ref(checks.H200_SMS, 784, 128, CHUNK) == TK
     assert checks.tile_inputs_ref(checks.T4_SMS, 784, 128, CHUNK) is None
     assert block_smem(TK, CHUNK) == t4["sm75_resources"]["shared"]         # ptxas's bytes, alignment included

@@ -191,8 +191,8 @@ HISTORY_CLOCKS = {  # notebooks/results/fused-h200.json: each version's clocks_u
     8.56: {'a_x': 0.35, 'a_fwd': 1.25, 'a_units': 0.13, 'spare_small_layer': 2.3, 'spare_staged': 1.28, 'spare_sums': 1.06, 'barrier1': 0.74, 'b_h_logits': 1.73, 'b_softmax': 1.06, 'b_dh': 0.35, 'barrier2': 0.7, 'c_dh': 0.8, 'c_sums': 1.15, 'c_w1': 0.58},
 }
 FIRST_SPARE_US = 13.54   # fused-h200.json, "tried, not adopted: the small layer in the 4 blocks without a tile"
-NOTEBOOK_CLOCKS = [0.35, 1.25, 0.13, 2.34, 1.28, 1.06, 0.74, 1.73, 1.06, 0.35, 0.70, 0.74, 1.18, 0.58, 9.15]
-# ^ notebook 13's saved clock report (cell ck3, an H200): CLOCK_PARTS in order, then "step"
+NOTEBOOK_CLOCKS = [0.83, 1.66, 0.13, 2.53, 1.44, 1.12, 0.70, 1.82, 1.25, 0.51, 0.70, 0.74, 1.38, 0.48, 10.43]
+# ^ notebook 13's saved clock report (cell ck3, an H100): CLOCK_PARTS in order, then "step"
 RAW_PARTS = (  # CLOCK_PARTS in order: the keys of fused-h200.json's clocks_us that each part adds up
     ("a_x",), ("a_fwd", "a_sums", "a_atomics", "a_atomics_and_copies"), ("a_units",), ("spare_small_layer",),
     ("spare_staged",), ("spare_sums",), ("barrier1",), ("b_h_logits",), ("b_softmax",), ("b_dh",), ("barrier2",),
@@ -265,7 +265,7 @@ def _reports(rng):
     """(what, report) cases: this notebook's saved report, the kernel's history, its first spare blocks, random."""
     from course.epoch import CLOCK_PARTS
     names = list(CLOCK_PARTS)
-    cases = [("notebook 13's saved report (an H200)", dict(zip(names + ["step"], NOTEBOOK_CLOCKS)))]
+    cases = [("notebook 13's saved report (an H100)", dict(zip(names + ["step"], NOTEBOOK_CLOCKS)))]
     for ms, raw in HISTORY_CLOCKS.items():
         cases.append((f"the {ms} ms kernel's report (fused-h200.json)", history_report(raw, names)))
     first = history_report(HISTORY_CLOCKS[13.64], names)
@@ -309,7 +309,7 @@ def _why(name, saved, report, parts):
       return us                                                                     # a row's part, a barrier
   return max(who, key=saved)""")
 def check_first_to_shorten(first_to_shorten, seed=0):
-    """Exercise 13.3. Domain: notebook 13's saved clock report (an H200), the reports of the kernel's history in
+    """Exercise 13.3. Domain: notebook 13's saved clock report (an H100), the reports of the kernel's history in
     fused-h200.json (without spare blocks, with them beside C and A, and with them the longer: the 12.39 ms row and
     the first spare blocks' 13.54 µs), and random reports (no spare blocks; their part shorter or longer than the
     tile blocks' beside it; a tile part longer than the spare blocks' slack; a grid barrier the longest part), with

@@ -2,6 +2,8 @@
 a warp's sum by shuffles (11.2), one step of a reduce-scatter (12.1), a warp's 16 class sums (12.2)."""
 import ast
 import inspect
+import linecache
+import operator
 import textwrap
 import types
 
@@ -249,17 +251,72 @@ def _ordinal(n):
     return f"{n}{suffix}"
 
 
+_ARITHMETIC = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+               operator.floordiv: "//", operator.mod: "%", operator.pow: "**", operator.iadd: "+=",
+               operator.isub: "-=", operator.imul: "*=", operator.itruediv: "/=", operator.ifloordiv: "//=",
+               operator.imod: "%="}
+
+
+def uint64_typing(fn):
+    """numba's typing of fn(old, blocks) for uint64 arguments (its CPU typing: the integer rules of the GPU's
+    compile): (the return type, the first arithmetic operation that takes a uint64 and gives another type, as a
+    phrase, or None). Raises numba's error when it cannot compile fn."""
+    import numba
+    from numba.core import ir
+    d = numba.njit(getattr(fn, "py_func", fn))
+    d.compile((numba.uint64, numba.uint64))
+    cres = next(iter(d.overloads.values()))
+    ann = cres.type_annotation
+    body = [inst for _, block in sorted(ann.blocks.items()) for inst in block.body if isinstance(inst, ir.Assign)]
+    consts = {inst.target.name: inst.value.value for inst in body if isinstance(inst.value, ir.Const)}
+    for inst in body:
+        e = inst.value
+        if not (isinstance(e, ir.Expr) and e.op in ("binop", "inplace_binop") and e.fn in _ARITHMETIC):
+            continue
+        got, operands = ann.typemap[inst.target.name], (e.lhs, e.rhs)
+        if got == numba.uint64 or numba.uint64 not in [numba.types.unliteral(ann.typemap[v.name]) for v in operands]:
+            continue
+        names = [f"the literal {consts[v.name]!r} ({numba.types.unliteral(ann.typemap[v.name])})" if v.name in consts
+                 else str(numba.types.unliteral(ann.typemap[v.name])) for v in operands]
+        code = linecache.getline(e.loc.filename, e.loc.line).strip()
+        return cres.signature.return_type, f"`{_ARITHMETIC[e.fn]}` of {names[0]} and {names[1]} gives {got}" + (
+            f" in `{code}`" if code else "")
+    return cres.signature.return_type, None
+
+
+def _stays_uint64(ex, barrier_target):
+    """Fail unless numba types barrier_target(uint64, uint64) as uint64, naming the operation that leaves it."""
+    import numba
+    case = "on the GPU, where grid_barrier calls it with uint64 arguments (typed as numba compiles it)"
+    hint = ("keep every operation in uint64: combine uint64 only with uint64 (a plain integer literal is a signed "
+            "int64: convert it with uint64(...)), and divide with // (integer division), never / (a float)")
+    try:
+        got, why = uint64_typing(barrier_target)
+    except numba.core.errors.NumbaError as e:
+        from course.runtime.device import numba_reason
+        fail(ex, case, f"numba cannot compile it: {numba_reason(e)['reason'][:300]}",
+             "on the GPU your function is compiled: use the integer arithmetic numba compiles (//, +, *, %)")
+    if got != numba.uint64:
+        floats = "float" in (why or str(got))
+        after = ("grid_barrier would then wait on a float64 comparison, exact below 2**53 only" if floats else
+                 "grid_barrier would then compare the uint64 count with a signed integer, which numba does in "
+                 "float64, exact below 2**53 only")
+        fail(ex, case, f"your count is not a uint64 on the GPU: {why or f'it returns {got}'}; {after}", hint)
+
+
 @exercise("10.2", nudges=(
     "The counter only grows, across barriers and launches. At a barrier every block adds one; the block that arrives last brings it to a multiple of the number of blocks.",
-    "From the count a block saw before its own add, which multiple of blocks is the one this barrier ends at? Think of the first block of the second barrier, and of the last block of the first.",
+    "From the count a block saw before its own add, which multiple of blocks is the one this barrier ends at? Think of the first block of the second barrier, and of the last block of the first. On the GPU both numbers are uint64: does each of your operations keep that type?",
 ), more="""\
   # old: what this block's atomic add returned, the count before its own arrival
-  return (old // blocks + 1) * blocks     # the next multiple of blocks above the count this block saw""")
+  return (old // blocks + uint64(1)) * blocks   # the next multiple of blocks above the count this block saw;
+                                                # uint64(1): a plain 1 is an int64, and uint64 + int64 is signed""")
 def check_barrier_target(barrier_target, seed=0):
     """Exercise 10.2. Domain: grids of 1, 2, 7, 128 and 132 blocks (the course's 132 SMs) meet barrier after
     barrier; the counter starts at a multiple of the grid left by up to 1,000 earlier barriers (it only grows), the
     blocks count in one at a time in a random order (the first and the last arrival included), and each must wait
-    for exactly the count at which the last one has arrived."""
+    for exactly the count at which the last one has arrived; then numba's typing of the function for uint64
+    arguments, as grid_barrier compiles it on the GPU: the count must be uint64 (not int64, not a float)."""
     ex = "Exercise 10.2"
     rng = np.random.default_rng(seed)
     for blocks in (1, 2, 7, 128, 132):
@@ -282,7 +339,9 @@ def check_barrier_target(barrier_target, seed=0):
                          "the count only grows (launch after launch), by one per block at each barrier, so between "
                          "two barriers it is a multiple of blocks. Which multiple have all the blocks of THIS "
                          "barrier reached, given the count one of them saw?")
-    return "5 grid sizes (1 to 132 blocks), several barriers each, blocks arriving in random orders"
+    _stays_uint64(ex, barrier_target)
+    return ("5 grid sizes (1 to 132 blocks), several barriers each, blocks arriving in random orders; a uint64 count "
+            "on the GPU")
 
 
 def _halve_kernel(halve):

@@ -4,7 +4,7 @@ import numpy as np
 from course.checks.core import call, exercise, fail, plain
 from course.fused import CH, CHUNK, SMEM_STATIC, TJ, block_smem
 
-H200_SMS = 132   # notebook 11's GPU (course.info() in its saved run): the kernel's TK
+H200_SMS = 132   # notebook 11's GPU (course.info() in its saved run; an H100 or H200, 132 SMs each): the kernel's TK
 T4_SMS = 40      # fused-t4grid-h200.json: the grid a T4 co-schedules, where the tiles are not kept
 SM_COUNTS = ((114, "an H100 PCIe"), (108, "an A100"), (128, "an RTX 4090"), (58, "an L4"))   # other GPUs' SMs
 

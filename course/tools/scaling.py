@@ -6,7 +6,6 @@ the median of the epochs after a warm-up one; and the compute floor: an epoch's 
 (course.perf.epoch_cost, notebook 08 section 3: the forward pass, dW1, dW2 and dH, the update) at the FP32 peak of an
 H100 or H200 (notebook 08's floor), which no batch size can beat.
 """
-import json
 import sys
 import time
 from pathlib import Path
