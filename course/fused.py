@@ -926,18 +926,31 @@ def stage_dh(dH, r0, j0, d, sdH):
 
 
 # %% notebooks/12_kernel.ipynb cell cf2-5
+LEAN_LOADS = 4     # chunk_grads: cells of X a thread loads at once (stage_x: 16, which spills there)
+
+
 @cuda.jit(device=True)
 def stage_x_lean(X, perm, base, B, k0, sX):
-    """stage_x, one load in flight per thread (a cell at a time): chunk_grads's, where stage_x's 16 loads in flight
-    would spill registers (ptxas: 1,060 bytes per thread on sm_90)."""
+    """stage_x, LEAN_LOADS cells in flight per thread (cells t, t + blockDim, ...: unrolled, the loads go out
+    together): chunk_grads's, where stage_x's 16 loads in flight would spill registers (ptxas: 1,060 bytes per
+    thread on sm_90)."""
     K = X.shape[1]
-    v = cuda.threadIdx.x
-    while v < X_CELLS:
-        r = v // XS
-        kk = v - r * XS
-        row = perm[base + min(r, B - 1)]
-        sX[v] = X[row, min(k0 + kk, K - 1)] if r < B and k0 + kk < K else float32(0.0)
-        v += cuda.blockDim.x
+    nt = uint64(cuda.blockDim.x)
+    x = cuda.local.array(LEAN_LOADS, float32)   # registers: the loops over e have a constant length
+    v = uint64(cuda.threadIdx.x)
+    while v < uint64(X_CELLS):
+        for e in range(LEAN_LOADS):
+            c = v + uint64(e) * nt
+            r = c // XS_U
+            kk = c - r * XS_U
+            row = uint64(perm[uint64(base) + min(r, uint64(B - 1))])
+            ok = r < uint64(B) and uint64(k0) + kk < uint64(K)
+            x[e] = X[row, min(uint64(k0) + kk, uint64(K - 1))] if ok else float32(0.0)
+        for e in range(LEAN_LOADS):
+            c = v + uint64(e) * nt
+            if c < uint64(X_CELLS):
+                sX[c] = x[e]
+        v += uint64(LEAN_LOADS) * nt
 
 
 @cuda.jit(device=True)

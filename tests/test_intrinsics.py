@@ -147,3 +147,13 @@ def test_the_simulator_takes_max_registers_and_aligns_shared_arrays():
     with simulating():
         where[1, 4](out)
     assert out.copy_to_host().tolist() == [0, 1]
+
+
+def test_chunk_grads_stages_x_with_a_few_loads_in_flight_at_a_constant_count():
+    """stage_x_lean (chunk_grads's staging of X, batches of more than CHUNK rows) loads LEAN_LOADS cells per thread
+    in loops of that constant length (unrolled: the loads go out together), 2 to 4 of them (16 spilled there)."""
+    import course.fused as fused
+    fn = next(n for n in _tree().body if isinstance(n, ast.FunctionDef) and n.name == "stage_x_lean")
+    loops = [ast.unparse(n.iter) for n in ast.walk(fn) if isinstance(n, ast.For)]
+    assert loops and set(loops) == {"range(LEAN_LOADS)"}, loops
+    assert 2 <= fused.LEAN_LOADS <= 4
