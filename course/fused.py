@@ -650,11 +650,13 @@ def prefetch_next(data, base, B, Xt, row0):
 # %% notebooks/12_kernel.ipynb cell cf2
 @cuda.jit(device=True)
 def block_grads(sX, sdH, u, acc):
-    """acc[4 kk + q] += sum over rows r = s, s + LANES, ... of sX[r, 4 c + kk] sdH[r, 4 quad + q], u = (c, s,
+    """acc[4 kk + q] = sum over rows r = s, s + LANES, ... of sX[r, 4 c + kk] sdH[r, 4 quad + q], u = (c, s,
     quad): a 4 x 4 block of dW1[tile] over 1/LANES of the batch (rows past it are zeros), a row's 4 inputs and 4
     units in two 16-byte loads for 16 multiply-adds. A 16-byte load is served 8
     lanes at a time: lanes 0 .. 7 read rows 0 .. 3 x both halves, 128 bytes of sdH in a row (no bank conflict)."""
     quad, s, c = u % uint64(2), (u // uint64(2)) % uint64(LANES), min(u // uint64(2 * LANES), uint64(NCH - 1))
+    for q in range(16):
+        acc[q] = float32(0.0)
     ix = s * XS_U + uint64(CH) * c               # sX[s, 4c]
     idh = s * TJ_U + uint64(4) * quad            # sdH[s, 4 quad]
     for _ in range(CHUNK // LANES):
@@ -924,18 +926,31 @@ def stage_dh(dH, r0, j0, d, sdH):
 
 
 # %% notebooks/12_kernel.ipynb cell cf2-5
+LEAN_LOADS = 4     # chunk_grads: cells of X a thread loads at once (stage_x: 16, which spills there)
+
+
 @cuda.jit(device=True)
 def stage_x_lean(X, perm, base, B, k0, sX):
-    """stage_x, one load in flight per thread (a cell at a time): chunk_grads's, where stage_x's 16 loads in flight
-    would spill registers (ptxas: 1,060 bytes per thread on sm_90)."""
+    """stage_x, LEAN_LOADS cells in flight per thread (cells t, t + blockDim, ...: unrolled, the loads go out
+    together): chunk_grads's, where stage_x's 16 loads in flight would spill registers (ptxas: 1,060 bytes per
+    thread on sm_90)."""
     K = X.shape[1]
-    v = cuda.threadIdx.x
-    while v < X_CELLS:
-        r = v // XS
-        kk = v - r * XS
-        row = perm[base + min(r, B - 1)]
-        sX[v] = X[row, min(k0 + kk, K - 1)] if r < B and k0 + kk < K else float32(0.0)
-        v += cuda.blockDim.x
+    nt = uint64(cuda.blockDim.x)
+    x = cuda.local.array(LEAN_LOADS, float32)   # registers: the loops over e have a constant length
+    v = uint64(cuda.threadIdx.x)
+    while v < uint64(X_CELLS):
+        for e in range(LEAN_LOADS):
+            c = v + uint64(e) * nt
+            r = c // XS_U
+            kk = c - r * XS_U
+            row = uint64(perm[uint64(base) + min(r, uint64(B - 1))])
+            ok = r < uint64(B) and uint64(k0) + kk < uint64(K)
+            x[e] = X[row, min(uint64(k0) + kk, uint64(K - 1))] if ok else float32(0.0)
+        for e in range(LEAN_LOADS):
+            c = v + uint64(e) * nt
+            if c < uint64(X_CELLS):
+                sX[c] = x[e]
+        v += uint64(LEAN_LOADS) * nt
 
 
 @cuda.jit(device=True)
@@ -971,8 +986,6 @@ def chunk_grads(data, acts, steps, sh, origin, u, u0, works, acc, i):
         if u0 == 0 and r0 == 0:
             stamp(steps.T, i, AT_DH_STAGED)
         if works:
-            for q in range(16):
-                acc[q] = float32(0.0)
             block_grads(sX, sdH, u, acc)
             sum_cells(acc, sh.sP[P_CELLS - 512:])
             g0 += acc[0]
@@ -983,56 +996,87 @@ def chunk_grads(data, acts, steps, sh, origin, u, u0, works, acc, i):
 
 # %% notebooks/12_kernel.ipynb cell cf2-6
 @cuda.jit(device=True)
-def phase_c(data, w, acts, steps, sh, origin, kept, Xt, copies, i):
-    """Update W1 after the launch's step i, every tile of this block: dW1[tile] = X[batch, tile]^T dH[:, tile],
-    summed CHUNK rows at a time, then W1[tile] descends (descend). X[batch, tile] and the tile of W1 are staged
-    again unless `kept` (a block that owns one tile still holds both from phase A, and X's whole batch when it has
-    at most CHUNK rows). `copies`: once the sums have read sX, the TMA brings the next batch's tile from Xt into it,
-    for the next phase A. Every thread of the block must call it. data: a Batch, w: Weights (W1 updated),
-    acts: Acts (dH read), steps: Steps (steps.m: the Momentum), sh: Shared."""
+def update_tile(data, w, acts, steps, sh, origin, kept, Xt, copies, i):
+    """A tile of W1 after a batch of at most CHUNK rows, straight through: dH[:, tile] (and X, W1 unless `kept`)
+    staged once, the 4 x 4 blocks (block_grads), then, once every thread has read sX, the TMA's copy of the next
+    batch's tile when `copies`, while the blocks are added across lanes (sum_cells) and W1 descends
+    (update_cells). origin: (k0, j0) of the tile. Every thread of the block must call it."""
     X, perm, W1, dH = data.X, data.perm, w.W1, acts.dH
-    sX, sW, sdH, lr, T = sh.sX, sh.sW, sh.sdH, steps.lr, steps.T
+    sX, sW, T = sh.sX, sh.sW, steps.T
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
-    B, hidden = dH.shape
-    base = (steps.step0 + i) * B
-    K = W1.shape[0]
-    ntiles = ((K + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
+    B = dH.shape[0]
+    k0, j0 = origin
     d = cuda.local.array(DH_PER, float32)
     acc = cuda.local.array(16, float32)          # block_grads' 4 x 4 block
+    stage_dh(dH, 0, j0, d, sh.sdH)
+    if not kept:
+        stage_x(X, perm, (steps.step0 + i) * B, B, k0, sX)
+        stage_w(W1, k0, j0, sW)
+    cuda.syncthreads()
+    stamp(T, i, AT_DH_STAGED)
+    u0 = 0
+    while u0 < C_WORK:                           # a pass for every thread (the simulator's shuffles need them all)
+        u = uint64(u0 + t)
+        works = u < C_WORK or EVERY_THREAD_SHUFFLES
+        if works:
+            block_grads(sX, sh.sdH, u, acc)
+        if u0 + nt >= C_WORK:                    # the last pass: every thread has read sX
+            cuda.syncthreads()
+            stamp(T, i, AT_DW1_SUMS)
+            if copies:                           # the last thread: in a warp without a block when nt > C_WORK
+                copy_x(Xt, tile_rows(i + 1, k0, B, W1.shape[0]), B, sX, sh.mbar)
+        if works:
+            sum_cells(acc, sh.sP[P_CELLS - 512:])
+            update_cells(steps.lr, steps.m, W1, k0, j0, sW, u, acc)
+        u0 += nt
+
+
+# %% notebooks/12_kernel.ipynb cell cf2-6b
+@cuda.jit(device=True)
+def update_tile_chunks(data, w, acts, steps, sh, origin, kept, i):
+    """A tile of W1 after a batch of more than CHUNK rows: each thread's two cells of dW1 from chunk_grads (X and dH
+    staged CHUNK rows at a time, no TMA), then W1 descends (update_cells). origin: (k0, j0) of the tile. Every
+    thread of the block must call it."""
+    W1 = w.W1
+    t, nt = cuda.threadIdx.x, cuda.blockDim.x
+    k0, j0 = origin
+    acc = cuda.local.array(16, float32)          # block_grads' 4 x 4 block; then the two cells
+    if not kept:
+        stage_w(W1, k0, j0, sh.sW)
+    u0 = 0
+    while u0 < C_WORK:                           # a pass for every thread (the simulator's shuffles need them all)
+        u = uint64(u0 + t)
+        works = u < C_WORK or EVERY_THREAD_SHUFFLES
+        chunk_grads(data, acts, steps, sh, origin, u, u0, works, acc, i)
+        if u0 + nt >= C_WORK:                    # the last pass
+            cuda.syncthreads()
+            stamp(steps.T, i, AT_DW1_SUMS)
+        if works:
+            update_cells(steps.lr, steps.m, W1, k0, j0, sh.sW, u, acc)
+        u0 += nt
+
+
+# %% notebooks/12_kernel.ipynb cell cf2-6c
+@cuda.jit(device=True)
+def phase_c(data, w, acts, steps, sh, origin, kept, Xt, copies, i):
+    """Update W1 after the launch's step i, every tile of this block: dW1[tile] = X[batch, tile]^T dH[:, tile],
+    then W1[tile] descends (descend): a batch of at most CHUNK rows straight through (update_tile), a larger one
+    CHUNK rows at a time (update_tile_chunks). X[batch, tile] and the tile of W1 are staged again unless `kept` (a
+    block that owns one tile still holds both from phase A, and X's whole batch when it has at most CHUNK rows).
+    `copies`: once the blocks have read sX, the TMA brings the next batch's tile from Xt into it, for the next
+    phase A. Every thread of the block must call it. data: a Batch, w: Weights (W1 updated), acts: Acts (dH read),
+    steps: Steps (steps.m: the Momentum), sh: Shared."""
+    B, hidden = acts.dH.shape
+    ntiles = ((w.W1.shape[0] + TK - 1) // TK) * ((hidden + TJ - 1) // TJ)
     tile = cuda.blockIdx.x
     k0, j0 = origin
-    chunks = B > CHUNK                           # phase A left the batch's last chunk of X in sX
     while tile < ntiles:
-        if not chunks:                           # the batch's dH (and X) into shared memory, once
-            stage_dh(dH, 0, j0, d, sdH)
-            if not kept:
-                stage_x(X, perm, base, B, k0, sX)
-        if not kept:
-            stage_w(W1, k0, j0, sW)
-        if not chunks:
-            cuda.syncthreads()
-            stamp(T, i, AT_DH_STAGED)
-        u0 = 0
-        while u0 < C_WORK:                       # a pass for every thread (the simulator's shuffles need them all)
-            u = uint64(u0 + t)
-            works = u < C_WORK or EVERY_THREAD_SHUFFLES
-            for q in range(16):
-                acc[q] = float32(0.0)
-            if chunks:                           # the chunks' sums, added up two cells at a time
-                chunk_grads(data, acts, steps, sh, (k0, j0), u, u0, works, acc, i)
-            elif works:
-                block_grads(sX, sdH, u, acc)
-                sum_cells(acc, sh.sP[P_CELLS - 512:])
-            if u0 + nt >= C_WORK:                # the last pass: every thread has read sX
-                cuda.syncthreads()
-                stamp(T, i, AT_DW1_SUMS)
-                if copies:                       # the last thread: in a warp without a block when nt > C_WORK
-                    copy_x(Xt, tile_rows(i + 1, k0, B, K), B, sX, sh.mbar)
-            if works:
-                update_cells(lr, steps.m, W1, k0, j0, sW, u, acc)
-            u0 += nt
+        if B <= CHUNK:
+            update_tile(data, w, acts, steps, sh, (k0, j0), kept, Xt, copies, i)
+        else:
+            update_tile_chunks(data, w, acts, steps, sh, (k0, j0), kept, i)
         cuda.syncthreads()                       # sW is updated
-        stamp(T, i, AT_W1_UPDATED)
+        stamp(steps.T, i, AT_W1_UPDATED)
         tile += cuda.gridDim.x
         if tile < ntiles:                        # (a division: only when there is a next tile)
             k0, j0 = tile_origin(tile, hidden)

@@ -1,10 +1,11 @@
-"""Check and time course.fused on the GPU (784-128-10, batch 64): every mode against the NumPy twin at full size (20
+"""Check and time course.fused on the GPU (784-128-10, batch 64 or --batch): every mode against the NumPy twin at full size (20
 steps), ms per epoch of the epoch kernel, where each microsecond of a step goes (the clocks inside the kernel,
 course.epoch.clock_report), and the test accuracy after 3 epochs against the plain loop. The figures of
 notebooks/results/fused-h200.json come from this script.
 
-Usage: python scripts/tune_fused.py [--quick] [--small-x=N] [--no-copies] [NAME=VALUE ...]
-  --quick: no accuracy run; --small-x=N: every batch drawn from the first N rows of X (timing only: does the
+Usage: python scripts/tune_fused.py [--quick] [--batch=N] [--small-x=N] [--no-copies] [NAME=VALUE ...]
+  --quick: no accuracy run; --batch=N: the check and the timings at batch N (default 64; above CHUNK = 64 rows,
+  phase C's chunked path); --small-x=N: every batch drawn from the first N rows of X (timing only: does the
   memory behind X matter?); --no-copies: the threads stage X, as on a GPU without the TMA; NAME=VALUE sets a
   constant of course.fused before anything compiles, e.g. THREADS=256. The experiments not adopted (one barrier a
   step, X as bytes, ...) and their options can be read at commit 11407c9 (scripts/fused_*.py)."""
@@ -18,6 +19,19 @@ import course  # noqa: F401  (first: it picks the GPU or the simulator)
 import course.epoch as epoch
 import course.fused as fused
 
+def option(name, default, least):
+    """The integer N of --name=N on the command line (at least `least`), else default; bad N: one line, exit 2."""
+    value = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith(f"--{name}=")), None)
+    if value is None:
+        return default
+    if not value.isdigit() or int(value) < least:
+        print(f"tune_fused.py: --{name} takes an integer of at least {least}, got {value!r}", file=sys.stderr)
+        sys.exit(2)
+    return int(value)
+
+
+BATCH = option("batch", 64, 1)
+SMALL = option("small-x", 0, 0)
 for arg in sys.argv[1:]:
     if "=" in arg and not arg.startswith("--"):
         name, value = arg.split("=")
@@ -29,13 +43,12 @@ from course.data import load_mnist  # noqa: E402
 from course.train import fit, init_params  # noqa: E402
 
 print("course.fused on", cuda.get_current_device().name, "| TMA bulk copies:", fused.has_tma()
-      and "--no-copies" not in sys.argv)
+      and "--no-copies" not in sys.argv, "| batch", BATCH)
 X, y, Xt, yt = load_mnist()
 X_d, y_d = cuda.to_device(X), cuda.to_device(y)
-B, HIDDEN, LR = 64, 128, 0.1
+B, HIDDEN, LR = BATCH, 128, 0.1
 n = (len(X) // B) * B
 perm = np.random.default_rng(0).permutation(len(X))[:n]
-SMALL = next((int(a.split("=")[1]) for a in sys.argv[1:] if a.startswith("--small-x=")), 0)
 if SMALL:
     perm = np.random.default_rng(0).integers(0, SMALL, n)
 perm_d = cuda.to_device(perm)
@@ -74,8 +87,8 @@ for name, us in epoch.clock_report(T, trainer.ntiles, B).items():
 
 # 4. accuracy after 3 epochs, fused vs plain
 if "--quick" not in sys.argv:
-    f = fused.fit_fused(X, y, Xt, yt, epochs=3, progress=False)
-    p = fit(X, y, Xt, yt, epochs=3, progress=False)
+    f = fused.fit_fused(X, y, Xt, yt, epochs=3, batch_size=B, progress=False)
+    p = fit(X, y, Xt, yt, epochs=3, batch_size=B, progress=False)
     fa, pa = f["epoch"][-1]["test_acc"], p["epoch"][-1]["test_acc"]
     print(f"accuracy after 3 epochs: fused {fa:.4f}, plain {pa:.4f}, within 0.5 points: {abs(fa - pa) <= 0.005}; "
           f"fused epochs {[round(e['seconds'] * 1e3, 1) for e in f['epoch']]} ms")

@@ -41,6 +41,19 @@ def test_no_kernel_or_device_function_of_course_fused_takes_more_than_about_10_a
     assert counts["fused_steps_kernel"] == 6 and counts["phase_c"] == 10 and counts["chunk_grads"] == 10
 
 
+def test_phase_c_starts_the_tma_before_the_shuffles_that_add_the_blocks():
+    """The device function of course.fused that computes the blocks and starts the TMA calls block_grads, then
+    copy_x, then sum_cells: the copy of the next batch's tile lands while the lanes add up (sum_cells before
+    copy_x made the next phase A wait longer for it)."""
+    def calls(fn):
+        return {n.func.id: n.lineno for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    found = [(fn.name, calls(fn)) for fn in _tree().body if isinstance(fn, ast.FunctionDef)
+             and {"block_grads", "copy_x"} <= set(calls(fn))]
+    assert len(found) == 1, [name for name, _ in found]
+    name, at = found[0]
+    assert at["block_grads"] < at["copy_x"] < at.get("sum_cells", 0), (name, at)
+
+
 def test_in_the_simulator_the_intrinsics_are_the_stand_ins():
     import course.fused as fused
     if not course.SIMULATOR:
@@ -134,3 +147,13 @@ def test_the_simulator_takes_max_registers_and_aligns_shared_arrays():
     with simulating():
         where[1, 4](out)
     assert out.copy_to_host().tolist() == [0, 1]
+
+
+def test_chunk_grads_stages_x_with_a_few_loads_in_flight_at_a_constant_count():
+    """stage_x_lean (chunk_grads's staging of X, batches of more than CHUNK rows) loads LEAN_LOADS cells per thread
+    in loops of that constant length (unrolled: the loads go out together), 2 to 4 of them (16 spilled there)."""
+    import course.fused as fused
+    fn = next(n for n in _tree().body if isinstance(n, ast.FunctionDef) and n.name == "stage_x_lean")
+    loops = [ast.unparse(n.iter) for n in ast.walk(fn) if isinstance(n, ast.For)]
+    assert loops and set(loops) == {"range(LEAN_LOADS)"}, loops
+    assert 2 <= fused.LEAN_LOADS <= 4
