@@ -336,22 +336,15 @@ LAUNCH_3 = Out("08", "c007", r"3 arrays\s*:\s*([\d.]+) µs")        # a launch w
 LAUNCH_0 = Out("08", "c007", r"no argument\s*:\s*([\d.]+) µs")
 PLAIN_EPOCH_06 = Out("06", "c029", r"SGD lr 0.1, 784-128-10\s+([\d.]+) s per epoch")
 LADDER_TF = lambda name: Out("15", "c028", r"4096² × 4096\s+" + re.escape(name) + r"\s+([\d.]+) TFLOP")  # noqa
-STEP_WALL = Out("08", "c015", r"whole step\s+([\d.]+) µs")
 FP32_MS = Out("08", "c019", r"at FP32 peak: ([\d.]+) ms")
 RUNG_MS = lambda name, cell: Out("12", cell, r"(?m)^" + name + r"\s.*\s([\d.]+)$")  # noqa: E731  (12's ladder rows)
 FUSED1_MS, FUSED2_MS, FUSED3_MS = RUNG_MS("fused1", "k_l1"), RUNG_MS("fused2", "k_l2"), RUNG_MS("fused3", "k_l3")
-FUSED_MS_10 = Out("13", "c058", r"fused epoch kernel:.*?([\d.]+) ms per epoch")
-PLAIN_MS_10 = Out("13", "c058", r"plain loop:.*?([\d.]+) ms per epoch")
 from course.epoch import CLOCK_PARTS  # noqa: E402
 CLOCK = lambda part: Out("13", "ck3", part + r"\s+([\d.]+) µs")  # noqa: E731  (clock_report's lines)
 FINAL = "versions[epoch_ms=12.22]"    # course.fused after step 7 (the TMA): its row of fused-h200.json
 NOW = "versions[epoch_ms=8.56]"       # course.fused now: its row of fused-h200.json
-GRAPH_PLAIN_US_08 = Out("08", "cg9", r"plain \(15 launches/step\)\s+([\d.]+) µs per step")   # 08's own runs
-GRAPH_PLAIN_MS_08 = Out("08", "cg9", r"plain \(15 launches/step\)\s+[\d.]+ µs per step\s+->\s+([\d.]+) ms")
-GRAPH_REPLAY_US_08 = Out("08", "cg9", r"plain, graph\s+([\d.]+) µs per step")
-GRAPH_REPLAY_MS_08 = Out("08", "cg9", r"plain, graph\s+[\d.]+ µs per step\s+->\s+([\d.]+) ms")
-PLAIN_US_10 = Out("10", "p_tc", r"plain \(15 launches/step\)\s+([\d.]+) µs")
-MERGED_US_10 = Out("10", "p_tc", r"merged \(9 launches/step\)\s+([\d.]+) µs")
+GRAPH_REPLAY_RATIO_08 = Out("08", "cg9", r"plain, graph\s+([\d.]+) of this run's plain step")   # 08's own run
+MERGED_RATIO_10 = Out("10", "p_tc", r"merged \(9 launches/step\)\s+([\d.]+) of this run's plain step")
 A_FWD = CLOCK(r"A: X W1 in registers, added across lanes \(shuffles\) and into Z \(atomics\)")
 MB_IMAGES = 60000 * 784 * 4
 STEPS = 60000 // 64
@@ -367,16 +360,15 @@ PARAMS = 784 * 128 + 128 + 128 * 10 + 10
 # take `Qty(name)` as their source (`scale` converts to the unit written: 1e-3 for seconds of a quantity in ms).
 QUANTITIES = {  # name (unit): (canonical source, [other runs of it])
     "plain epoch, ms": (calc(lambda s: s * 1e3, PLAIN_S),
-                        [PLAIN_EPOCH_06, GRAPH_PLAIN_MS_08, PLAIN_MS_10,
-                         Json(SCALING, "rows[impl=course_plain,batch_size=64].epoch_s")]),
+                        [PLAIN_EPOCH_06, Json(SCALING, "rows[impl=course_plain,batch_size=64].epoch_s")]),
     "plain step, µs": (calc(lambda s: s * 1e6 / STEPS, PLAIN_S, why="the epoch over its 937 steps"),
-                       [STEP_WALL, GRAPH_PLAIN_US_08, PLAIN_US_10]),
+                       []),
     "plain graph epoch, ms": (calc(lambda s: s * 1e3, PLAIN_GRAPH_S),
-                              [GRAPH_REPLAY_MS_08, Json(SCALING, "rows[impl=course_plain_graph,batch_size=64].epoch_s")]),
+                              [Json(SCALING, "rows[impl=course_plain_graph,batch_size=64].epoch_s")]),
     "plain graph step, µs": (calc(lambda s: s * 1e6 / STEPS, PLAIN_GRAPH_S, why="the epoch over its 937 steps"),
-                             [GRAPH_REPLAY_US_08]),
+                             []),
     "fused epoch, ms": (calc(lambda s: s * 1e3, FUSED_S),
-                        [FUSED_MS_10, Json(SCALING, "rows[impl=course_fused,batch_size=64].epoch_s")]),
+                        [Json(SCALING, "rows[impl=course_fused,batch_size=64].epoch_s")]),
     "PyTorch eager epoch, ms": (calc(lambda s: s * 1e3, TORCH_S),
                                 [Json(SCALING, "rows[impl=pytorch_eager,batch_size=64].epoch_s")]),
     "fused speed-up over the plain loop, ×": (calc(lambda p, f: p / f, PLAIN_S, FUSED_S), [SPEEDUP_10]),
@@ -510,7 +502,7 @@ FIGURES = [
     Fig("15", "c030", r"about (\d+) for cuBLAS", LADDER_TF("cuBLAS"), tol=0.02),
     Fig("08", "cg10", r"runs about \*\*(\d+) times faster", calc(lambda p, g: p / g,
         Json(BENCH, "rows[impl=course_plain].epoch_s"), Json(BENCH, "rows[impl=course_plain_graph].epoch_s")), tol=0.05),
-    Fig("08", "cg10", r"made the plain loop (\d+) times faster", calc(lambda p, g: p / g, GRAPH_PLAIN_MS_08, GRAPH_REPLAY_MS_08)),
+    Fig("08", "cg10", r"made the plain loop (\d+) times faster", calc(lambda r: 1 / r, GRAPH_REPLAY_RATIO_08)),
     Fig("08", "cg10", r"A replayed step \((\d+) µs:", Qty("plain graph step, µs")),
     Fig("08", "cg10", r"µs: (\d+) ms over 937 steps", Qty("plain graph epoch, ms")),
     Fig("08", "cg10", r"sum of bars \((\d+) µs\)", Out("08", "c015", r"sum of kernels\s+([\d.]+) µs")),
@@ -575,7 +567,7 @@ FIGURES = [
     # --- 08-12 after the splits ---
     Fig("08", "c010", r"peaks at about (\d+) GB/s", Out("08", "c011", r"16384 KiB\s+host → device:\s+[\d.]+ µs \(\s*([\d.]+) GB/s")),
     Fig("15", "cm1", r"load from DRAM takes about (\d+) ns", Json(FUSED, "latency_probe.dram_ns"), tol=0.01),
-    Fig("10", "p_t2", r"take about (\d+) % off the step", calc(lambda p, m: 100 * (1 - m / p), PLAIN_US_10, MERGED_US_10),
+    Fig("10", "p_t2", r"take about (\d+) % off the step", calc(lambda m: 100 * (1 - m), MERGED_RATIO_10),
         tol=0.05),
     Fig("10", "p_t2", r"benchmark, (\d+) ms an epoch", Qty("plain epoch, ms")),
     Fig("10", "p_bw2", r"takes about\s+([\d.]+) µs", Out("10", "p_bwr", r"grid_barrier .*?([\d.]+) µs a round")),
@@ -812,11 +804,32 @@ def test_other_runs_stay_in_their_own_table():
     no excuse (08 once quoted its cell's 626 µs step beside the benchmark's 913)."""
     problems = [other_run_problem(f) for f in FIGURES]
     assert not [p for p in problems if p], "\n".join(p for p in problems if p)
-    quoted = Fig("10", "p_t2", r"(1334.3)", PLAIN_US_10)           # 10 once quoted its own plain step bare
-    assert other_run_problem(quoted)
-    assert other_run_problem(Fig("08", "c018", r"took (\d+) µs", STEP_WALL))   # "in this run" beside the benchmark's
-    assert other_run_problem(Fig("10", "p_t2", "", calc(lambda p, m: p / m, PLAIN_US_10, MERGED_US_10))) is None
-    assert other_run_problem(Fig("13", "c062", "", calc(lambda p, f: p / f, PLAIN_MS_10, FUSED_S)))
+    sweep_plain, sweep_fused = (Json(SCALING, f"rows[impl={impl},batch_size=64].epoch_s")
+                                for impl in ("course_plain", "course_fused"))
+    assert other_run_problem(Fig("14", "sc1", r"(1081.9)", sweep_plain))       # the sweep's own plain epoch, bare
+    assert other_run_problem(Fig("06", "c030", r"took (\d+) s", PLAIN_EPOCH_06))  # "here" beside the benchmark's
+    assert other_run_problem(Fig("14", "sc1", "", calc(lambda p, f: p / f, sweep_plain, sweep_fused))) is None
+    assert other_run_problem(Fig("13", "c062", "", calc(lambda p, f: p / f, sweep_plain, FUSED_S)))   # two runs
+
+
+# Cells that time again a quantity notebook 14's benchmark owns (the plain step and epoch, its graph, the fused
+# epoch): their saved blocks print this run's ratios only, so that a student never reads two figures of one quantity.
+RETIMING_CELLS = {
+    ("08", "c015"): r"whole step\s+[\d.]+ µs",
+    ("08", "cg9"): r"µs per step|ms per epoch",
+    ("10", "p_tc"): r"µs per step|ms per epoch",
+    ("13", "c058"): r"ms per epoch",
+}
+
+
+def test_cells_that_time_the_benchmarks_quantities_again_print_ratios_only():
+    """08's step and graph loops, 10's merged loop and 13's training print this run's ratios, not a second µs or ms
+    of the plain step or the fused epoch (the saved blocks once showed 764, 826, 1,128 and 913 µs of one step)."""
+    absolute = [f"{nb} {cell}: {m.group(0)!r}" for (nb, cell), pattern in RETIMING_CELLS.items()
+                for m in [re.search(pattern, output_text(nb, cell))] if m]
+    assert not absolute, "a cell prints another run's absolute figure of a benchmark quantity: " + ", ".join(absolute)
+    assert all(output_text(nb, cell) for nb, cell in RETIMING_CELLS), "each cell has a saved GPU block"
+    assert re.search(RETIMING_CELLS[("08", "cg9")], "plain (15 launches/step)   826.4 µs per step")   # the old block
 
 
 def test_the_scan_sees_figures():
