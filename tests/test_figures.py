@@ -274,7 +274,7 @@ class Fig:
     tol: float = 0.0  # relative tolerance beyond the precision the figure is written in
 
 
-BENCH = "bench-h200.json"
+BENCH = min(p.name for p in RESULTS.glob("bench-*.json"))   # one benchmark, named after its GPU
 FUSED = "fused-h200.json"
 FUSED_S = Json(BENCH, "rows[impl=course_fused].epoch_s")
 SCALING = min(p.name for p in RESULTS.glob("scaling-*.json"))   # one sweep, named after its GPU
