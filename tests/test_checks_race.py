@@ -76,3 +76,12 @@ def test_check_rejects_the_race_target_hard_coded():
     """The target is an argument; 0.975 (the race's) written in passes a check that only ever asks for it."""
     with pytest.raises(CheckFailure, match="Exercise 14.1"):
         checks.check_time_to_target(mutant(time_to_target, "accuracy >= target", "accuracy >= 0.975"))
+
+
+@pytest.mark.parametrize("new", ["return s[0]", "return sum(s) / n", "return s[n // 2]", "return s[1]",
+                                 "return min(s) + 1.0"])
+def test_recipe_time_failures_do_not_name_the_statistic(new):
+    """14.2 asks which statistic a recipe's time is: a failure names the wrong answer's cause, never the answer."""
+    with pytest.raises(CheckFailure, match="Exercise 14.2") as e:
+        checks.check_recipe_time(mutant(recipe_time, MIDDLE, new))
+    assert "median" not in str(e.value).lower(), str(e.value)
