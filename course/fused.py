@@ -966,6 +966,7 @@ def stage_dh_lean(dH, r0, j0, sdH):
         v += cuda.blockDim.x
 
 
+# %% notebooks/12_kernel.ipynb cell cf2-5b
 @cuda.jit(device=True)
 def chunk_grads(data, acts, steps, sh, origin, u, u0, works, acc, i):
     """acc[0], acc[1] = thread u's two cells of dW1[tile] (sum_cells) over a batch of more than CHUNK rows: each
