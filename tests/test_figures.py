@@ -475,7 +475,7 @@ FIGURES = [
     Fig("08", "c018", r"busy for (\d+) µs", Out("08", "c015", r"sum of kernels\s+([\d.]+) µs")),
     Fig("08", "c018", r"a plain step takes (\d+) µs", Qty("plain step, µs")),
     Fig("08", "c018", r"\((\d+) ms an\s+epoch\)", Qty("plain epoch, ms")),
-    Fig("08", "c018", r"about (\d+) µs per launch", calc(lambda us: us / 15, Qty("plain step, µs"), why="the step / 15")),
+    Fig("08", "c018", r"about (\d+) µs of the step per launch", calc(lambda us: us / 15, Qty("plain step, µs"), why="the step / 15")),
     Fig("08", "c020", r"fixed cost, (937) times", calc(lambda: STEPS, why="60,000 // 64")),
     Fig("15", "c020b", r"global memory is used (16) times", calc(lambda: 16, why="16×16 tiles")),
     Fig("08", "c020", r"about ([\d.]+) ms of arithmetic", FP32_MS, tol=0.1),
