@@ -620,6 +620,10 @@ FIGURES = [
     Fig("12", "k_q2", r"fused1 takes ([\d.]+) ms an epoch", FUSED1_MS),
     Fig("12", "k_q2", r"an epoch, (\d+) µs a step", calc(lambda ms: ms * 1e3 / STEPS, FUSED1_MS, why="the epoch over its 937 steps")),
     Fig("12", "k_q3", r"fused2 takes ([\d.]+) ms", FUSED2_MS),
+    Fig("12", "k_q3", r"about (\d+) µs a launch", calc(lambda f1, f2: (f1 - f2) * 1e3 / STEPS / 2, FUSED1_MS, FUSED2_MS,
+        why="fused1's epoch less fused2's, over 937 steps of two launches")),
+    Fig("12", "k_q3", r"(17) arrays in four", calc(lambda: 3 + 4 + 4 + 6, why="Batch 3, Weights 4, Acts 4, Steps 6 "
+        "(losses, T and Momentum's 4 velocities): course.fused's namedtuples")),
     Fig("12", "k_q3", r"about (\d+) µs of launch a\s+step", calc(lambda s, g: (s - g) * 1e6 / STEPS,
         Json(BENCH, "rows[impl=course_fused_step].epoch_s"), Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"),
         why="the benchmark's fused step launched one by one less as a CUDA graph, over 937 steps")),
