@@ -191,7 +191,7 @@ HISTORY_CLOCKS = {  # notebooks/results/fused-h200.json: each version's clocks_u
     8.56: {'a_x': 0.35, 'a_fwd': 1.25, 'a_units': 0.13, 'spare_small_layer': 2.3, 'spare_staged': 1.28, 'spare_sums': 1.06, 'barrier1': 0.74, 'b_h_logits': 1.73, 'b_softmax': 1.06, 'b_dh': 0.35, 'barrier2': 0.7, 'c_dh': 0.8, 'c_sums': 1.15, 'c_w1': 0.58},
 }
 FIRST_SPARE_US = 13.54   # fused-h200.json, "tried, not adopted: the small layer in the 4 blocks without a tile"
-NOTEBOOK_CLOCKS = [0.83, 1.66, 0.13, 2.53, 1.44, 1.12, 0.70, 1.82, 1.25, 0.51, 0.70, 0.74, 1.38, 0.48, 10.43]
+NOTEBOOK_CLOCKS = [0.61, 1.76, 0.13, 2.50, 1.34, 1.18, 0.74, 1.89, 1.28, 0.48, 0.74, 0.77, 1.28, 0.64, 10.30]
 # ^ notebook 13's saved clock report (cell ck3, an H100): CLOCK_PARTS in order, then "step"
 RAW_PARTS = (  # CLOCK_PARTS in order: the keys of fused-h200.json's clocks_us that each part adds up
     ("a_x",), ("a_fwd", "a_sums", "a_atomics", "a_atomics_and_copies"), ("a_units",), ("spare_small_layer",),

@@ -23,6 +23,7 @@ A schedule is "const", "linear-E" (the rate falls linearly to zero over E epochs
 (it rises linearly from zero over the first WARMUP of the E epochs, then falls linearly to zero at E), changed once
 per evaluation interval on both sides, at the interval's middle.
 """
+import gc
 import math
 import platform
 import sys
@@ -33,6 +34,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from course.race import recipe_time, time_to_target
+from numba import cuda  # after course: it picks the GPU or the simulator
 
 TARGET = 0.975          # test accuracy to reach
 EVALS_PER_EPOCH = 4     # evaluation points (and learning-rate changes) per epoch
@@ -338,9 +340,10 @@ class GraphedStep:
         steps = data[0].shape[0] // B
         lengths = {1} if mode == "step" else {b - a for a, b in intervals(steps)}
         self.graphs = {}
+        gc.collect()                                # numba's arrays freed now, not by a collection inside a capture
         for n in sorted(lengths):
             self.graphs[n] = g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
+            with cuda.defer_cleanup(), torch.cuda.graph(g):   # a cuMemFree of numba's during it voids the capture
                 for _ in range(n):
                     step()
 
