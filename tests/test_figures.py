@@ -59,6 +59,7 @@ SPECS = {  # published figures, each with its origin; the prose quotes them, the
     "h200_fp32_tflops": (67.0, "NVIDIA H200 data sheet: FP32 (CUDA cores) 67 TFLOPS"),
     "h200_tf32_dense_tflops": (494.7, "NVIDIA H200 data sheet: TF32 Tensor Core 989 TFLOPS with sparsity, half dense"),
     "h200_hbm_tbs": (4.8, "NVIDIA H200 data sheet: HBM3e 4.8 TB/s"),
+    "h100_hbm_tbs": (3.35, "NVIDIA H100 SXM data sheet: HBM3 3.35 TB/s"),
     "smem_over_global_latency": (20.0, "Jia et al., 'Dissecting the NVIDIA Volta GPU architecture via "
                                        "microbenchmarking'"
                                        " (2018) and its Turing/Ampere/Hopper sequels: shared memory ~20-30 cycles, "
@@ -482,6 +483,9 @@ FIGURES = [
     Fig("08", "c020", r"take about ([\d.]+) ms", calc(lambda hbm: MB_IMAGES / (hbm * 1e12) * 1e3, Spec("h200_hbm_tbs"),
                                                        why="188 MB of images at HBM bandwidth")),
     Fig("08", "c020", r"a launch of\s+~(\d+) µs from Python", Qty("launch with 3 arrays, µs")),
+    Fig("08", "c020", r"both at an H200's ([\d.]+) TB/s", Spec("h200_hbm_tbs")),
+    Fig("08", "c020", r"an H100's ([\d.]+) TB/s makes", Spec("h100_hbm_tbs")),
+    Fig("12", "k_q5", r"an epoch has (\d+) times fewer", calc(lambda: 1024 / 64, why="batch 1024 against 64")),
     Fig("08", "c020", r"the ([\d.]+) ms above adds", Out("08", "c019", r"at HBM bandwidth: ([\d.]+) ms")),
     Fig("15", "c020b", r"v1 runs at ([\d.]+) TFLOP/s at 4096²", LADDER_TF("v1 naive")),
     Fig("15", "c020b", r"used 16 times, at\s+([\d.]+) TFLOP/s", LADDER_TF("v2 tiled")),
@@ -622,11 +626,13 @@ FIGURES = [
     Fig("12", "k_q3", r"fused2 takes ([\d.]+) ms", FUSED2_MS),
     Fig("12", "k_q3", r"about (\d+) µs a launch", calc(lambda f1, f2: (f1 - f2) * 1e3 / STEPS / 2, FUSED1_MS, FUSED2_MS,
         why="fused1's epoch less fused2's, over 937 steps of two launches")),
-    Fig("12", "k_q3", r"(17) arrays in four", calc(lambda: 3 + 4 + 4 + 6, why="Batch 3, Weights 4, Acts 4, Steps 6 "
+    Fig("12", "k_q3", r"(17) arrays in five", calc(lambda: 3 + 4 + 4 + 6, why="Batch 3, Weights 4, Acts 4, Steps 6 "
         "(losses, T and Momentum's 4 velocities): course.fused's namedtuples")),
-    Fig("12", "k_q3", r"about (\d+) µs of launch a\s+step", calc(lambda s, g: (s - g) * 1e6 / STEPS,
+    Fig("12", "k_q3", r"in that run (\d+) % of fused2's step", calc(lambda s, g: 100 * (1 - g / s),
         Json(BENCH, "rows[impl=course_fused_step].epoch_s"), Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"),
-        why="the benchmark's fused step launched one by one less as a CUDA graph, over 937 steps")),
+        why="the benchmark's fused step launched one by one less as a CUDA graph, over the former")),
+    Fig("14", "c061b", r"recorded as a graph it takes (\d+) % of its", calc(lambda s, g: 100 * g / s,
+        Json(BENCH, "rows[impl=course_fused_step].epoch_s"), Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"))),
     Fig("12", "k_q3", r"its epoch took (\d+) % of the time", calc(lambda s, g: 100 * g / s,
         Json(BENCH, "rows[impl=course_fused_step].epoch_s"), Json(BENCH, "rows[impl=course_fused_step_graph].epoch_s"))),
     Fig("12", "k_r5", r"fused5 at batch 1024 takes ([\d.]+) ms", RUNG_MS("fused5", "k_l5")),
