@@ -1,6 +1,9 @@
 """Notebook 13's checks (exercise 13.1, a part's time; 13.2, a grid barrier's time; 13.3, the part to shorten first)
 pass the solutions and other
 correct answers, reject planted one-line bugs, and say what a wrong answer did."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import mutant
@@ -75,6 +78,30 @@ def test_barrier_us_check_rejects(old, new, said):
     with pytest.raises(CheckFailure, match="Exercise 13.2") as e:
         checks.check_barrier_us(mutant(barrier_us, old, new))
     assert said is None or said in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("check,answer,old,new", [
+    ("check_part_us", "part_us", "(T[:, blocks, end] - T[:, blocks, start]).max(axis=1)",
+     "T[:, blocks, end].max(axis=1) - T[:, blocks, start].min(axis=1)"),                  # an unnamed wrong rule
+    ("check_part_us", "part_us", "np.median(slowest)", "np.median(slowest[1:] if len(slowest) > 1 else slowest)"),
+    ("check_barrier_us", "barrier_us", "T[:, :, release].min(axis=1) - T[:, :, arrive].max(axis=1)",
+     "T[:, :, arrive].max(axis=1) - T[:, :, release].min(axis=1)"),
+])
+def test_an_unnamed_wrong_answer_is_not_told_the_rule(check, answer, old, new):
+    """13.1 and 13.2 ask which block and which statistic: a failure the check cannot name asks the question back
+    (it once printed the rule: 'the largest (end - start) ...; then the median')."""
+    with pytest.raises(CheckFailure) as e:
+        getattr(checks, check)(mutant(globals()[answer], old, new))
+    message = str(e.value).lower()
+    assert "median" not in message and "largest" not in message and "earliest release" not in message, message
+
+
+def test_13_1_and_13_2_specs_ask_rather_than_tell():
+    """The student copy's specs of 13.1 and 13.2 pose the question; the rule is the answer."""
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(
+        (Path(__file__).resolve().parents[1] / "notebooks/exercises/13_epoch.ipynb").read_text(encoding="utf-8"))["cells"]}
+    for cid in ("e_e1", "e_e2"):
+        assert "median" not in cells[cid].lower() and "?" in cells[cid], cells[cid]
 
 
 def test_a_check_refuses_a_function_that_writes_the_clocks():

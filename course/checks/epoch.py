@@ -73,8 +73,8 @@ def _number(ex, case, got, want, wrong, hint):
     """Fail unless got is a number within 1e-9 µs of want; wrong: [(value, what a student did to get it)]."""
     __tracebackhide__ = True
     if not isinstance(got, float):   # a Python float (np.float64 is one); not an int, not a float32's 7 digits
-        fail(ex, case, f"expected a float (µs), got {type(got).__name__} {got!r}", "return one float: the median "
-             "over the steps, divided by 1e3 (the clocks are in nanoseconds); float(...) makes one")
+        fail(ex, case, f"expected a float (µs), got {type(got).__name__} {got!r}", "return one float, in µs (the "
+             "clocks count nanoseconds); float(...) makes one")
     if np.isclose(float(got), want, rtol=1e-9, atol=1e-9):
         return
     for value, what in wrong:
@@ -124,9 +124,9 @@ def check_part_us(part_us, seed=0):
                     (float(np.median(d.max(axis=1))) / 1e6, "in milliseconds"),
                     (-float(np.median(d.max(axis=1))) / 1e3, "negative: end minus start"),
                 ]
-                _number(ex, case, got, part_us_ref(T, start, end, blocks), wrong,
-                        "for each step, the largest (end - start) among `blocks`; then the median of those per-step "
-                        "times, in µs")
+                _number(ex, case, got, part_us_ref(T, start, end, blocks), wrong,   # the rule is the exercise
+                        "which block's (end - start) does a step wait for, and which one number of the steps' times "
+                        "does a few slow steps not move? hint(\"13.1\") asks it in two steps")
                 n += 1
     return f"{n} parts of 6 random clock tables (1 to 61 steps, 1 to 132 blocks, slow steps and slow blocks)"
 
@@ -164,9 +164,9 @@ def check_barrier_us(barrier_us, seed=0):
                 (float(np.mean(r.min(axis=1) - a.max(axis=1))) / 1e3, "the MEAN over the steps, not the median"),
                 (float(np.median(r.min(axis=1) - a.max(axis=1))), "in nanoseconds: the clocks count ns"),
             ]
-            _number(ex, case, got, barrier_us_ref(T, arrive, release), wrong,
-                    "per step, the earliest release among all the blocks minus the latest arrival among all the "
-                    "blocks; then the median over the steps, in µs")
+            _number(ex, case, got, barrier_us_ref(T, arrive, release), wrong,   # the rule is the exercise
+                    "which block's arrival starts the barrier's own time, and which block's release ends it? "
+                    "hint(\"13.2\") asks it in two steps")
             n += 1
     return f"{n} barriers of 6 random clock tables (1 to 61 steps, 1 to 132 blocks, late blocks)"
 
