@@ -34,7 +34,6 @@ from datetime import datetime, timezone
 import numpy as np
 
 from course.race import recipe_time, time_to_target
-from numba import cuda  # after course: it picks the GPU or the simulator
 
 TARGET = 0.975          # test accuracy to reach
 EVALS_PER_EPOCH = 4     # evaluation points (and learning-rate changes) per epoch
@@ -339,6 +338,7 @@ class GraphedStep:
         torch.cuda.current_stream().wait_stream(side)
         steps = data[0].shape[0] // B
         lengths = {1} if mode == "step" else {b - a for a, b in intervals(steps)}
+        from numba import cuda                      # here: `python -m course doctor` imports this module, numba or not
         self.graphs = {}
         gc.collect()                                # numba's arrays freed now, not by a collection inside a capture
         for n in sorted(lengths):
