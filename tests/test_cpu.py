@@ -364,6 +364,29 @@ def test_an_unsupported_kernel_falls_back_to_the_simulator_with_a_note(executor,
     assert capsys.readouterr().err == ""  # said once per kernel
 
 
+def dynamic_shared_copy():
+    """A new kernel function each call, as a factory makes one (10's rounds_kernel(barrier)): the executor cannot run
+    it (dynamic shared memory)."""
+    @cuda.jit
+    def shared_copy_kernel(out):
+        s = cuda.shared.array(0, float32)
+        t = cuda.threadIdx.x
+        s[t] = float32(t)
+        cuda.syncthreads()
+        out[t] = s[7 - t]
+    return shared_copy_kernel
+
+
+def test_copies_of_one_unsupported_kernel_say_so_once(executor, capsys):
+    """10's barrier demo compiles its rounds kernel twice (two barriers): one note, not two."""
+    out = d(np.zeros(8, np.float32))
+    for _ in range(2):
+        dynamic_shared_copy()[1, 8, 0, 32](out)
+        np.testing.assert_array_equal(out.copy_to_host(), 7 - np.arange(8))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "shared_copy_kernel runs in the simulator" in err[0], err
+
+
 def test_the_checks_run_in_the_simulator(executor):
     from course.checks.core import simulated
     from course.checks.data import check_scale_kernel
