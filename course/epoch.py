@@ -34,8 +34,8 @@ SPARE_PART = next(name for name, (_, _, who) in CLOCK_PARTS.items() if who == "s
 # %% notebooks/13_epoch.ipynb cell e_e1s
 # Exercise 13.1: a part's time
 def part_us(T, start, end, blocks):
-    """µs of the part of a step between clock points start and end: in each step the slowest of `blocks` (a slice
-    of T's blocks), then the median over the steps. T: (steps, blocks, NPOINTS) nanoseconds."""
+    """µs of the part of a step between clock points start and end, done by `blocks` (a slice of T's blocks): the
+    time a step waits for it, one figure for the epoch (exercise 13.1). T: (steps, blocks, NPOINTS) nanoseconds."""
     slowest = (T[:, blocks, end] - T[:, blocks, start]).max(axis=1)   # (steps, blocks) -> (steps,)
     return float(np.median(slowest)) / 1e3
 
@@ -43,8 +43,8 @@ def part_us(T, start, end, blocks):
 # %% notebooks/13_epoch.ipynb cell e_e2s
 # Exercise 13.2: a grid barrier's time
 def barrier_us(T, arrive, release):
-    """µs of a grid barrier: in each step from the last block's arrival (clock point `arrive`) to the first block's
-    release (`release`), then the median over the steps. T: (steps, blocks, NPOINTS) nanoseconds."""
+    """µs of a grid barrier between clock points `arrive` and `release`: its own cost, not the blocks' lateness,
+    one figure for the epoch (exercise 13.2). T: (steps, blocks, NPOINTS) nanoseconds."""
     crossing = T[:, :, release].min(axis=1) - T[:, :, arrive].max(axis=1)   # (steps,): first out - last in
     return float(np.median(crossing)) / 1e3
 

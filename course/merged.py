@@ -115,6 +115,6 @@ def train_step_9(Xb, yb, params, grads, opt, buf, dZ2, dZ1):
 # Exercise 10.1: a grid-stride loop
 @cuda.jit
 def sgd_gridstride_kernel(p, g, lr):
-    """p[i] -= lr * g[i] for every i, in place, for ANY grid: each thread strides by the grid's size."""
+    """p[i] -= lr * g[i] for every i, in place, for ANY grid: the grid's threads together visit each i once."""
     for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):
         p[i] -= lr * g[i]
