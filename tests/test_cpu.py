@@ -2,6 +2,7 @@
 simulator's) at odd sizes and several launch shapes; barriers inside loops; what it refuses, and the note it gives."""
 import os
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -365,16 +366,10 @@ def test_an_unsupported_kernel_falls_back_to_the_simulator_with_a_note(executor,
 
 
 def dynamic_shared_copy():
-    """A new kernel function each call, as a factory makes one (10's rounds_kernel(barrier)): the executor cannot run
-    it (dynamic shared memory)."""
-    @cuda.jit
-    def shared_copy_kernel(out):
-        s = cuda.shared.array(0, float32)
-        t = cuda.threadIdx.x
-        s[t] = float32(t)
-        cuda.syncthreads()
-        out[t] = s[7 - t]
-    return shared_copy_kernel
+    """A new kernel function of dynamic_shared_kernel's code each call, as a factory makes one (10's
+    rounds_kernel(barrier)): the executor cannot run it (dynamic shared memory)."""
+    py = dynamic_shared_kernel.py_func
+    return cuda.jit(types.FunctionType(py.__code__, py.__globals__, "shared_copy_kernel"))
 
 
 def test_copies_of_one_unsupported_kernel_say_so_once(executor, capsys):
