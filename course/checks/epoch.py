@@ -126,7 +126,7 @@ def check_part_us(part_us, seed=0):
                 ]
                 _number(ex, case, got, part_us_ref(T, start, end, blocks), wrong,   # the rule is the exercise
                         "which block's (end - start) does a step wait for, and which one number of the steps' times "
-                        "does a few slow steps not move? hint(\"13.1\") asks it in two steps")
+                        "do a few slow steps not move? hint(\"13.1\") asks it in two steps")
                 n += 1
     return f"{n} parts of 6 random clock tables (1 to 61 steps, 1 to 132 blocks, slow steps and slow blocks)"
 

@@ -235,8 +235,9 @@ def _typeof(a):
 
 
 def _fallback(py, why):
-    """Say once per kernel (and once for copies of one kernel's source) that it runs in the simulator, and why (on stderr; for the course's own kernels, which
-    use what only a GPU has on purpose, only in fallbacks()); tell the hook to use the simulator."""
+    """Say once per kernel (once for a factory's copies of one kernel) that it runs in the simulator, and why (on
+    stderr; for the course's own kernels, which use what only a GPU has on purpose, only in fallbacks()); tell the
+    hook to use the simulator."""
     if py not in _notes:
         said = (py.__name__, why) in {(f.__name__, w) for f, w in _notes.items()}   # a factory's copies: said once
         _notes[py] = why
