@@ -20,7 +20,7 @@ if name == "broken":
 log(f"compiled {name}")
 time.sleep(0.3)                                          # the compiles overlap: each waits for the others' lines
 open(os.path.join(box, f"ready-{name}"), "w").close()
-ms = {"ab1": 9.0, "ab2": 10.0, "this": 11.0}[name]
+ms = {"ab1": 9.0, "ab2": 10.0, "this": 11.0, "dies": 0.0}[name]
 if mode == "profile":
     while not os.path.exists(os.path.join(box, f"go-{name}-1")):
         time.sleep(0.01)
@@ -40,6 +40,8 @@ while not os.path.exists(os.path.join(box, "stop")):
         continue
     r = tokens[0].rsplit("-", 1)[1]
     log(f"timed {name} {r}")
+    if name == "dies":
+        sys.exit("CUDA_ERROR_ILLEGAL_ADDRESS")
     for b in batches:
         print(f"{name} round {r} batch {b}: {ms + int(r) * 0.1:.2f} ms median, {ms:.2f} fastest", flush=True)
         clocks = {"A: X W1": ms / 10 + int(r) * 0.01, "barrier 1": 0.5}
@@ -90,6 +92,15 @@ def test_the_turns_alternate_and_a_tree_that_fails_to_start_is_named_and_left_ou
         f"timed {n} {k}" for k in (1, 2, 3) for n in (forward if k % 2 else forward[::-1])]
     assert "  ab2        batch    64: 10.20 ms (3 rounds)" in r.stdout
     assert "broken" not in r.stdout.split("median over the rounds")[1]
+
+
+def test_a_server_that_dies_in_its_turn_is_named_and_the_others_go_on(tmp_path):
+    r, order = run_ab(tmp_path, "run", "2", trees=("ab1", "dies"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [line for line in order if line.startswith("timed")] == [
+        "timed ab1 1", "timed dies 1", "timed this 1", "timed this 2", "timed ab1 2"]   # no wait for the dead one
+    assert "== dies: no times:" in r.stdout and "CUDA_ERROR_ILLEGAL_ADDRESS" in r.stdout
+    assert "  this       batch    64: 11.15 ms (2 rounds)" in r.stdout
 
 
 def test_ncu_profiles_one_tree_at_a_time_after_every_compile_and_tabulates_the_stalls(tmp_path):
