@@ -148,3 +148,36 @@ def test_prepare_puts_each_commits_course_in_its_own_tree_under_its_hash_or_a_na
     shown = subprocess.run(["git", "show", "HEAD:course/fused.py"], capture_output=True, text=True, cwd=ROOT)
     for name in (short, "again"):
         assert (tmp_path / "ab" / name / "course" / "fused.py").read_text() == shown.stdout
+
+
+def test_the_real_server_answers_a_token_with_times_and_clocks_off_a_gpu(tmp_path, monkeypatch, capsys):
+    """ab_server.serve and profile on a small net in the simulator: the course's API they call (FusedTrainer,
+    timed_epoch, clock_report, ntiles) is there, and its lines parse (a broken server costs a GPU session)."""
+    import threading
+    import time
+
+    import numpy as np
+
+    import course.data
+    import course.train
+    X, y, _, _ = course.data.load_mnist()
+    monkeypatch.setattr(course.data, "load_mnist", lambda: (np.ascontiguousarray(X[:64, :64]), y[:64], None, None))
+    init = course.train.init_params
+    monkeypatch.setattr(course.train, "init_params", lambda hidden, seed: init(16, seed, n_in=64))
+    monkeypatch.setattr(ab_server, "EPOCHS", 1)
+
+    def driver():                                       # the orchestrator: one token, then stop
+        while not (tmp_path / "ready-t").exists():
+            time.sleep(0.05)
+        (tmp_path / "go-t-1").touch()
+        while (tmp_path / "go-t-1").exists():
+            time.sleep(0.05)
+        (tmp_path / "stop").touch()
+    threading.Thread(target=driver, daemon=True).start()
+    ab_server.serve("t", str(tmp_path), [64])
+    out = capsys.readouterr()
+    (tmp_path / "t.out").write_text(out.out)
+    ms, parts = ab_server.read_serve_log(tmp_path / "t.out")
+    assert list(ms) == [64] and ms[64][0] > 0
+    assert set(parts[64]) >= {"B: softmax, dZ2", "barrier 1 (last arrival to first release)"}
+    assert all(len(us) == 1 and us[0] >= 0 for us in parts[64].values())   # one round, one figure a part
