@@ -151,7 +151,7 @@ def test_prepare_puts_each_commits_course_in_its_own_tree_under_its_hash_or_a_na
 
 
 def test_the_real_server_answers_a_token_with_times_and_clocks_off_a_gpu(tmp_path, monkeypatch, capsys):
-    """ab_server.serve and profile on a small net in the simulator: the course's API they call (FusedTrainer,
+    """ab_server.serve on a small net in the simulator (128 rows, two steps): the course's API they call (FusedTrainer,
     timed_epoch, clock_report, ntiles) is there, and its lines parse (a broken server costs a GPU session)."""
     import threading
     import time
@@ -161,7 +161,7 @@ def test_the_real_server_answers_a_token_with_times_and_clocks_off_a_gpu(tmp_pat
     import course.data
     import course.train
     X, y, _, _ = course.data.load_mnist()
-    monkeypatch.setattr(course.data, "load_mnist", lambda: (np.ascontiguousarray(X[:64, :64]), y[:64], None, None))
+    monkeypatch.setattr(course.data, "load_mnist", lambda: (np.ascontiguousarray(X[:128, :64]), y[:128], None, None))
     init = course.train.init_params
     monkeypatch.setattr(course.train, "init_params", lambda hidden, seed: init(16, seed, n_in=64))
     monkeypatch.setattr(ab_server, "EPOCHS", 1)
@@ -181,3 +181,5 @@ def test_the_real_server_answers_a_token_with_times_and_clocks_off_a_gpu(tmp_pat
     assert list(ms) == [64] and ms[64][0] > 0
     assert set(parts[64]) >= {"B: softmax, dZ2", "barrier 1 (last arrival to first release)"}
     assert all(len(us) == 1 and us[0] >= 0 for us in parts[64].values())   # one round, one figure a part
+    step_us, = parts[64]["step"]
+    assert parts[64][ab_server.IN_KERNEL] == [2 * step_us / 1e3]   # two steps
